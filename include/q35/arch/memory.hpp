@@ -1,0 +1,155 @@
+// Device memory and streams behind one interface: CUDA runtime calls on cuda, host memory on sim.
+// Host code (launchers, tests, the example) uses only these, so it does not change between backends.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "q35/core/config.hpp"
+#include "q35/core/status.hpp"
+
+#if Q35_BACKEND_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace q35 {
+
+#if Q35_BACKEND_CUDA
+using stream_t = cudaStream_t;
+namespace detail {
+inline status cuda_status(cudaError_t e, const char* what, status_code code = status_code::launch_failed) {
+  if (e == cudaSuccess) return status::success();
+  if (e == cudaErrorMemoryAllocation) code = status_code::out_of_memory;
+  return error(code, std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+}  // namespace detail
+#else
+struct sim_stream;  // the sim runs every launch to completion before returning: streams are tags
+using stream_t = sim_stream*;
+#endif
+
+// Allocates `bytes` of device memory (256-byte aligned); *ptr is null for 0 bytes.
+inline status device_alloc(void** ptr, size_t bytes) {
+  *ptr = nullptr;
+  if (bytes == 0) return status::success();
+#if Q35_BACKEND_CUDA
+  return detail::cuda_status(cudaMalloc(ptr, bytes), "cudaMalloc", status_code::out_of_memory);
+#else
+  *ptr = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  if (!*ptr) return error(status_code::out_of_memory, "sim: cannot allocate " + std::to_string(bytes) + " bytes");
+  return status::success();
+#endif
+}
+
+inline void device_free(void* ptr) {
+  if (!ptr) return;
+#if Q35_BACKEND_CUDA
+  cudaFree(ptr);
+#else
+  std::free(ptr);
+#endif
+}
+
+enum class copy_kind { host_to_device, device_to_host, device_to_device };
+
+// Copies `bytes`; asynchronous with respect to the host on cuda (ordered on `stream`).
+inline status copy(void* dst, const void* src, size_t bytes, copy_kind kind, stream_t stream = nullptr) {
+  if (bytes == 0) return status::success();
+#if Q35_BACKEND_CUDA
+  const cudaMemcpyKind k = kind == copy_kind::host_to_device   ? cudaMemcpyHostToDevice
+                           : kind == copy_kind::device_to_host ? cudaMemcpyDeviceToHost
+                                                               : cudaMemcpyDeviceToDevice;
+  return detail::cuda_status(cudaMemcpyAsync(dst, src, bytes, k, stream), "cudaMemcpyAsync");
+#else
+  (void)kind;
+  (void)stream;
+  std::memmove(dst, src, bytes);
+  return status::success();
+#endif
+}
+
+// Sets `bytes` of device memory to `byte`.
+inline status fill_bytes(void* dst, int byte, size_t bytes, stream_t stream = nullptr) {
+  if (bytes == 0) return status::success();
+#if Q35_BACKEND_CUDA
+  return detail::cuda_status(cudaMemsetAsync(dst, byte, bytes, stream), "cudaMemsetAsync");
+#else
+  (void)stream;
+  std::memset(dst, byte, bytes);
+  return status::success();
+#endif
+}
+
+// Waits until all work on `stream` has finished; reports asynchronous kernel faults.
+inline status synchronize(stream_t stream = nullptr) {
+#if Q35_BACKEND_CUDA
+  return detail::cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize", status_code::kernel_fault);
+#else
+  (void)stream;
+  return status::success();
+#endif
+}
+
+// Whether kernels can run here: always on sim; on cuda, when a device is visible.
+inline bool device_available() {
+#if Q35_BACKEND_CUDA
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+#else
+  return true;
+#endif
+}
+
+// An owning, move-only array of T in device memory.
+template <class T>
+class device_buffer {
+ public:
+  device_buffer() = default;
+  ~device_buffer() { device_free(ptr_); }
+  device_buffer(device_buffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  device_buffer& operator=(device_buffer&& o) noexcept {
+    if (this != &o) {
+      device_free(ptr_);
+      ptr_ = std::exchange(o.ptr_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+    }
+    return *this;
+  }
+  device_buffer(const device_buffer&) = delete;
+  device_buffer& operator=(const device_buffer&) = delete;
+
+  // Replaces the contents with `n` uninitialised elements.
+  status allocate(size_t n) {
+    device_free(ptr_);
+    ptr_ = nullptr;
+    size_ = 0;
+    void* p = nullptr;
+    Q35_TRY(device_alloc(&p, n * sizeof(T)));
+    ptr_ = static_cast<T*>(p);
+    size_ = n;
+    return status::success();
+  }
+  status upload(const T* host, size_t n, stream_t s = nullptr) {
+    if (n > size_) return error(status_code::invalid_argument, "device_buffer::upload: more elements than allocated");
+    return copy(ptr_, host, n * sizeof(T), copy_kind::host_to_device, s);
+  }
+  status download(T* host, size_t n, stream_t s = nullptr) const {
+    if (n > size_) return error(status_code::invalid_argument, "device_buffer::download: more elements than allocated");
+    return copy(host, ptr_, n * sizeof(T), copy_kind::device_to_host, s);
+  }
+
+  T* data() { return ptr_; }
+  const T* data() const { return ptr_; }
+  size_t size() const { return size_; }
+  size_t bytes() const { return size_ * sizeof(T); }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace q35

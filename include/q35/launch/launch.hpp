@@ -1,0 +1,137 @@
+// The one launch path: launch<K>(params, stream) runs kernel functor K on the active backend.
+//
+// A kernel functor K provides (the CUTLASS-style contract, see docs/architecture.md):
+//   struct params;                                   every pointer and size the kernel reads
+//   struct shared_storage;                           trivially constructible, may be empty
+//   static constexpr int threads;                    block size (1-1024), also __launch_bounds__
+//   static dim3 grid(const params&);                 blocks to launch (zero volume: nothing runs)
+//   Q35_DEVICE void operator()(const params&, shared_storage&) const;
+// and optionally
+//   static dim3 block(const params&);                a 2-D/3-D block shape whose volume is `threads`
+//   static size_t dynamic_shared_bytes(const params&);  bytes after shared_storage (arch::shared_tail)
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <string>
+#include <type_traits>
+#include <typeinfo>
+
+#include "q35/arch/memory.hpp"
+#include "q35/arch/thread.hpp"
+#include "q35/core/dim3.hpp"
+#include "q35/core/status.hpp"
+
+#if Q35_BACKEND_SIM
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <memory>
+
+#include "q35/sim/executor.hpp"
+#endif
+
+namespace q35::launch {
+
+template <class K>
+concept kernel_functor = requires(const typename K::params& p) {
+  typename K::params;
+  typename K::shared_storage;
+  { K::threads } -> std::convertible_to<int>;
+  { K::grid(p) } -> std::convertible_to<dim3>;
+} && std::is_trivially_default_constructible_v<typename K::shared_storage> && (K::threads >= 1) &&
+                         (K::threads <= max_block_threads) && std::is_trivially_copyable_v<typename K::params>;
+
+template <kernel_functor K>
+dim3 block_shape(const typename K::params& p) {
+  if constexpr (requires { K::block(p); }) {
+    return K::block(p);
+  } else {
+    return dim3(unsigned(K::threads));
+  }
+}
+
+// Shared memory of one block: shared_storage, padded to 16 bytes, then the dynamic tail.
+template <kernel_functor K>
+size_t shared_bytes(const typename K::params& p) {
+  size_t n = arch::shared_tail_offset<typename K::shared_storage>;
+  if constexpr (requires { K::dynamic_shared_bytes(p); }) n += K::dynamic_shared_bytes(p);
+  return n;
+}
+
+// Shared memory one block may use: 227 KB on sm_90, 163 KB on sm_80; the sim allows the sm_90 limit.
+inline constexpr size_t sim_max_shared_bytes = 227 * 1024;
+// Above this a CUDA kernel must opt in to more dynamic shared memory.
+inline constexpr size_t default_shared_limit_bytes = 48 * 1024;
+
+template <class K>
+std::string kernel_name() {
+#if Q35_BACKEND_SIM
+  int rc = 0;
+  std::unique_ptr<char, void (*)(void*)> d(abi::__cxa_demangle(typeid(K).name(), nullptr, nullptr, &rc), std::free);
+  return rc == 0 && d ? std::string(d.get()) : std::string(typeid(K).name());
+#else
+  return typeid(K).name();
+#endif
+}
+
+namespace detail {
+
+inline status check_shape(const std::string& name, dim3 grid, dim3 block, int threads) {
+  auto bad = [&](const std::string& what) { return error(status_code::launch_failed, "kernel " + name + ": " + what); };
+  if (volume(block) != threads)
+    return bad("block shape " + std::to_string(block.x) + "x" + std::to_string(block.y) + "x" + std::to_string(block.z) +
+               " does not hold K::threads = " + std::to_string(threads));
+  if (block.z > 64) return bad("block.z = " + std::to_string(block.z) + " exceeds 64");
+  if (grid.x > 0x7fffffffu || grid.y > 65535u || grid.z > 65535u)
+    return bad("grid " + std::to_string(grid.x) + "x" + std::to_string(grid.y) + "x" + std::to_string(grid.z) +
+               " exceeds the CUDA limits (2^31-1, 65535, 65535)");
+  return status::success();
+}
+
+}  // namespace detail
+
+#if Q35_BACKEND_CUDA
+// The single generic __global__ entry: every q35 kernel runs through it.
+template <class K>
+__global__ void __launch_bounds__(K::threads) kernel_entry(const __grid_constant__ typename K::params p) {
+  extern __shared__ __align__(16) unsigned char q35_shared[];
+  K{}(p, *reinterpret_cast<typename K::shared_storage*>(q35_shared));
+}
+#endif
+
+// Launches K over K::grid(p). On cuda the launch is asynchronous on `stream` and only launch
+// errors are reported here; on sim the grid runs to completion and misuse is reported.
+template <kernel_functor K>
+status launch(const typename K::params& p, stream_t stream = nullptr) {
+  const dim3 grid = K::grid(p);
+  const dim3 block = block_shape<K>(p);
+  const size_t smem = shared_bytes<K>(p);
+  if (volume(grid) == 0) return status::success();
+  Q35_TRY(detail::check_shape(kernel_name<K>(), grid, block, K::threads));
+#if Q35_BACKEND_CUDA
+  if (smem > default_shared_limit_bytes) {
+    Q35_TRY(q35::detail::cuda_status(
+        cudaFuncSetAttribute(kernel_entry<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+        ("cudaFuncSetAttribute(MaxDynamicSharedMemorySize) for " + kernel_name<K>()).c_str()));
+  }
+  kernel_entry<K><<<grid, block, smem, stream>>>(p);
+  return q35::detail::cuda_status(cudaGetLastError(), ("launch of " + kernel_name<K>()).c_str());
+#else
+  (void)stream;
+  if (smem > sim_max_shared_bytes)
+    return error(status_code::launch_failed, "kernel " + kernel_name<K>() + ": " + std::to_string(smem) +
+                                                 " bytes of shared memory exceed the " +
+                                                 std::to_string(sim_max_shared_bytes) + "-byte limit");
+  const std::string name = kernel_name<K>();
+  sim::launch_config cfg{name.c_str(), grid, block, smem,
+                         [](const void* ctx, unsigned char* shared) {
+                           K{}(*static_cast<const typename K::params*>(ctx),
+                               *reinterpret_cast<typename K::shared_storage*>(shared));
+                         },
+                         &p};
+  return sim::execute(cfg);
+#endif
+}
+
+}  // namespace q35::launch

@@ -1,0 +1,84 @@
+// Run-time options of the sim backend: thread order between barriers, worker threads, fiber stacks.
+//
+// Defaults come from the environment once per process:
+//   Q35_SIM_ORDER   = forward | reverse | shuffled[:SEED]   (default forward)
+//   Q35_SIM_WORKERS = number of OS threads that run blocks   (default 1)
+// Tests change them in a scope with scoped_options.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+namespace q35::sim {
+
+// The order in which the threads of a block run between two barriers. A correct kernel gives the
+// same answer under every order; a missing barrier or a shared-memory race usually does not.
+enum class thread_order { forward, reverse, shuffled };
+
+struct options {
+  thread_order order = thread_order::forward;
+  uint64_t seed = 0x9e3779b97f4a7c15ull;  // shuffled order: permutation seed
+  int workers = 1;                        // OS threads running blocks in parallel (>= 1)
+  size_t stack_bytes = 128 * 1024;        // per emulated thread, plus one guard page
+};
+
+inline const char* to_string(thread_order o) {
+  switch (o) {
+    case thread_order::forward: return "forward";
+    case thread_order::reverse: return "reverse";
+    case thread_order::shuffled: return "shuffled";
+  }
+  return "?";
+}
+
+namespace detail {
+
+inline options options_from_env() {
+  options o;
+  if (const char* s = std::getenv("Q35_SIM_ORDER")) {
+    std::string v(s);
+    if (v == "forward") {
+      o.order = thread_order::forward;
+    } else if (v == "reverse") {
+      o.order = thread_order::reverse;
+    } else if (v.rfind("shuffled", 0) == 0) {
+      o.order = thread_order::shuffled;
+      if (v.size() > 9 && v[8] == ':') o.seed = std::stoull(v.substr(9));
+    } else {
+      throw std::invalid_argument("Q35_SIM_ORDER='" + v + "': expected forward, reverse or shuffled[:SEED]");
+    }
+  }
+  if (const char* s = std::getenv("Q35_SIM_WORKERS")) {
+    int w = std::atoi(s);
+    if (w < 1 || w > 256) throw std::invalid_argument(std::string("Q35_SIM_WORKERS='") + s + "': expected 1..256");
+    o.workers = w;
+  }
+  return o;
+}
+
+inline options& global_options() {
+  static options o = options_from_env();
+  return o;
+}
+
+}  // namespace detail
+
+inline const options& current_options() { return detail::global_options(); }
+inline void set_options(const options& o) { detail::global_options() = o; }
+
+// Sets the sim options for a scope and restores the previous ones on exit.
+class scoped_options {
+ public:
+  explicit scoped_options(const options& o) : saved_(current_options()) { set_options(o); }
+  ~scoped_options() { set_options(saved_); }
+  scoped_options(const scoped_options&) = delete;
+  scoped_options& operator=(const scoped_options&) = delete;
+
+ private:
+  options saved_;
+};
+
+}  // namespace q35::sim
