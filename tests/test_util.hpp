@@ -29,8 +29,8 @@ inline auto needs_device() { return doctest::skip(!device_available()); }
 // doctest subcase; on cuda runs it once. Correct kernels must pass under all of them.
 inline void for_each_order(const std::function<void()>& body) {
 #if Q35_BACKEND_SIM
-  const sim::thread_order orders[] = {sim::thread_order::forward, sim::thread_order::reverse, sim::thread_order::shuffled,
-                                      sim::thread_order::shuffled};
+  const sim::thread_order orders[] = {sim::thread_order::forward, sim::thread_order::reverse,
+                                      sim::thread_order::shuffled, sim::thread_order::shuffled};
   for (int i = 0; i < 4; ++i) {
     sim::options o = sim::current_options();
     o.order = orders[i];
@@ -44,11 +44,11 @@ inline void for_each_order(const std::function<void()>& body) {
 #endif
 }
 
-#define Q35_REQUIRE_OK(expr)                              \
-  do {                                                    \
-    ::q35::status q35_s_ = (expr);                        \
-    INFO(q35_s_.to_string());                             \
-    REQUIRE(q35_s_.ok());                                 \
+#define Q35_REQUIRE_OK(expr)       \
+  do {                             \
+    ::q35::status q35_s_ = (expr); \
+    INFO(q35_s_.to_string());      \
+    REQUIRE(q35_s_.ok());          \
   } while (0)
 
 // Uploads a host vector into a new device buffer.

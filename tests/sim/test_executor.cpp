@@ -1,9 +1,9 @@
 // The sim backend's execution model: indices, barriers, shared memory, orders, workers, and the
 // misuse it must report (partial barriers, partial or disagreeing warp collectives, deadlocks).
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <numeric>
-#include <algorithm>
 
 #include "q35/arch/shuffle.hpp"
 #include "q35/arch/thread.hpp"
@@ -160,8 +160,10 @@ struct divergent_collective_kernel {
   static dim3 grid(const params&) { return dim3(1); }
   Q35_DEVICE void operator()(const params& p, shared_storage&) const {
     float v = float(arch::lane_id());
-    if (arch::lane_id() < 16) v = arch::shfl_xor(v, 1);
-    else arch::sync_block();
+    if (arch::lane_id() < 16)
+      v = arch::shfl_xor(v, 1);
+    else
+      arch::sync_block();
     p.out[arch::lane_id()] = v;
   }
 };
@@ -173,8 +175,9 @@ TEST_CASE("sim: a warp collective reached by part of the warp is reported as a d
   INFO(s.message());
   CHECK(s.message().find("deadlock") != std::string::npos);
   CHECK(s.message().find("divergent_collective_kernel") != std::string::npos);
-  CHECK(s.message().find("shfl_xor with mask 0xffffffff reached by lanes 0-15 only; lanes 16-31 wait at sync_block()") !=
-        std::string::npos);
+  CHECK(
+      s.message().find("shfl_xor with mask 0xffffffff reached by lanes 0-15 only; lanes 16-31 wait at sync_block()") !=
+      std::string::npos);
 }
 
 // Lanes >= 24 return; the rest reduce over a full mask that still names the exited lanes.
@@ -333,7 +336,8 @@ struct top4_of_64_kernel {
     const int lane = arch::lane_id();
     float a = p.logits[token * 64 + lane], b = p.logits[token * 64 + 32 + lane];
     for (int k = 0; k < 4; ++k) {
-      const warp::arg_value best = warp::precedes({a, lane}, {b, lane + 32}) ? warp::argmax(a, lane) : warp::argmax(b, lane + 32);
+      const warp::arg_value best =
+          warp::precedes({a, lane}, {b, lane + 32}) ? warp::argmax(a, lane) : warp::argmax(b, lane + 32);
       if (lane == 0) p.ids[token * 4 + k] = best.index;
       if (best.index == lane) a = -INFINITY;
       if (best.index == lane + 32) b = -INFINITY;
@@ -355,7 +359,8 @@ TEST_CASE("sim: warp-per-token top-4 of 64 over 4096 tokens runs well under a se
   for (int t = 0; t < n; ++t) {
     std::vector<int> idx(64);
     std::iota(idx.begin(), idx.end(), 0);
-    std::stable_sort(idx.begin(), idx.end(), [&](int x, int y) { return logits[size_t(t * 64 + x)] > logits[size_t(t * 64 + y)]; });
+    std::stable_sort(idx.begin(), idx.end(),
+                     [&](int x, int y) { return logits[size_t(t * 64 + x)] > logits[size_t(t * 64 + y)]; });
     for (int k = 0; k < 4; ++k) REQUIRE(ids[size_t(t * 4 + k)] == idx[size_t(k)]);
   }
 }

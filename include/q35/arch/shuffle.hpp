@@ -59,7 +59,7 @@ Q35_DEVICE T shfl(uint32_t mask, T v, int arg, int width) {
   constexpr int words = int((sizeof(T) + 3) / 4);
   uint32_t w[words] = {};
   std::memcpy(w, &v, sizeof(T));
-Q35_UNROLL
+  Q35_UNROLL
   for (int i = 0; i < words; ++i) w[i] = shfl_word<Mode>(mask, w[i], arg, width);
   T r;
   std::memcpy(&r, w, sizeof(T));

@@ -25,7 +25,7 @@ struct reduce {
     if (arch::lane_id() == 0) s.partial[arch::warp_id()] = v;
     arch::sync_block();
     T r = s.partial[0];
-Q35_UNROLL
+    Q35_UNROLL
     for (int w = 1; w < n_warps; ++w) r = op(r, s.partial[w]);
     return r;
   }

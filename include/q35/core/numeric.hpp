@@ -56,9 +56,9 @@ Q35_HOST_DEVICE uint16_t float_to_half_bits(float f) {
   const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
   const uint32_t a = u & 0x7fffffffu;
   if (a > 0x7f800000u) return uint16_t(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // nan, keep quiet
-  if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // rounds to >= 65520: inf
-  if (a >= 0x38800000u) {                                  // normal half
-    uint32_t m = a + 0xc8000fffu + ((a >> 13) & 1u);       // rebias exponent (-112 << 23) + rounding
+  if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);                        // rounds to >= 65520: inf
+  if (a >= 0x38800000u) {                                                       // normal half
+    uint32_t m = a + 0xc8000fffu + ((a >> 13) & 1u);  // rebias exponent (-112 << 23) + rounding
     return uint16_t(sign | (m >> 13));
   }
   // subnormal half (or zero): value = a_float / 2^-24, rounded to nearest even integer

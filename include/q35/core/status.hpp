@@ -18,13 +18,20 @@ enum class status_code {
 
 inline const char* to_string(status_code c) {
   switch (c) {
-    case status_code::ok: return "ok";
-    case status_code::invalid_argument: return "invalid argument";
-    case status_code::unsupported: return "unsupported";
-    case status_code::out_of_memory: return "out of memory";
-    case status_code::launch_failed: return "launch failed";
-    case status_code::kernel_fault: return "kernel fault";
-    case status_code::io_error: return "i/o error";
+    case status_code::ok:
+      return "ok";
+    case status_code::invalid_argument:
+      return "invalid argument";
+    case status_code::unsupported:
+      return "unsupported";
+    case status_code::out_of_memory:
+      return "out of memory";
+    case status_code::launch_failed:
+      return "launch failed";
+    case status_code::kernel_fault:
+      return "kernel fault";
+    case status_code::io_error:
+      return "i/o error";
   }
   return "unknown";
 }
@@ -57,8 +64,8 @@ inline status error(status_code code, std::string message) { return {code, std::
 }  // namespace q35
 
 // Returns from the enclosing function when `expr` (a q35::status) is not ok.
-#define Q35_TRY(expr)                    \
-  do {                                   \
-    ::q35::status q35_try_s_ = (expr);   \
+#define Q35_TRY(expr)                        \
+  do {                                       \
+    ::q35::status q35_try_s_ = (expr);       \
     if (!q35_try_s_.ok()) return q35_try_s_; \
   } while (0)

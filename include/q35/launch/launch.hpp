@@ -39,8 +39,9 @@ concept kernel_functor = requires(const typename K::params& p) {
   typename K::shared_storage;
   { K::threads } -> std::convertible_to<int>;
   { K::grid(p) } -> std::convertible_to<dim3>;
-} && std::is_trivially_default_constructible_v<typename K::shared_storage> && (K::threads >= 1) &&
-                         (K::threads <= max_block_threads) && std::is_trivially_copyable_v<typename K::params>;
+}
+&&std::is_trivially_default_constructible_v<typename K::shared_storage> && (K::threads >= 1) &&
+    (K::threads <= max_block_threads) && std::is_trivially_copyable_v<typename K::params>;
 
 template <kernel_functor K>
 dim3 block_shape(const typename K::params& p) {
@@ -80,8 +81,8 @@ namespace detail {
 inline status check_shape(const std::string& name, dim3 grid, dim3 block, int threads) {
   auto bad = [&](const std::string& what) { return error(status_code::launch_failed, "kernel " + name + ": " + what); };
   if (volume(block) != threads)
-    return bad("block shape " + std::to_string(block.x) + "x" + std::to_string(block.y) + "x" + std::to_string(block.z) +
-               " does not hold K::threads = " + std::to_string(threads));
+    return bad("block shape " + std::to_string(block.x) + "x" + std::to_string(block.y) + "x" +
+               std::to_string(block.z) + " does not hold K::threads = " + std::to_string(threads));
   if (block.z > 64) return bad("block.z = " + std::to_string(block.z) + " exceeds 64");
   if (grid.x > 0x7fffffffu || grid.y > 65535u || grid.z > 65535u)
     return bad("grid " + std::to_string(grid.x) + "x" + std::to_string(grid.y) + "x" + std::to_string(grid.z) +
@@ -124,7 +125,10 @@ status launch(const typename K::params& p, stream_t stream = nullptr) {
                                                  " bytes of shared memory exceed the " +
                                                  std::to_string(sim_max_shared_bytes) + "-byte limit");
   const std::string name = kernel_name<K>();
-  sim::launch_config cfg{name.c_str(), grid, block, smem,
+  sim::launch_config cfg{name.c_str(),
+                         grid,
+                         block,
+                         smem,
                          [](const void* ctx, unsigned char* shared) {
                            K{}(*static_cast<const typename K::params*>(ctx),
                                *reinterpret_cast<typename K::shared_storage*>(shared));

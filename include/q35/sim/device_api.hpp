@@ -31,10 +31,18 @@ inline uint64_t collective_result(block_state& b, int warp, const pending_collec
   const int seg = lane & ~(pc.width - 1);
   int src = lane;
   switch (pc.kind) {
-    case collective_kind::shfl_idx: src = seg + (me.arg & (pc.width - 1)); break;
-    case collective_kind::shfl_up: src = (lane - seg) >= me.arg ? lane - me.arg : lane; break;
-    case collective_kind::shfl_down: src = (lane - seg) + me.arg < pc.width ? lane + me.arg : lane; break;
-    case collective_kind::shfl_xor: src = (lane ^ me.arg) < seg + pc.width ? (lane ^ me.arg) : lane; break;
+    case collective_kind::shfl_idx:
+      src = seg + (me.arg & (pc.width - 1));
+      break;
+    case collective_kind::shfl_up:
+      src = (lane - seg) >= me.arg ? lane - me.arg : lane;
+      break;
+    case collective_kind::shfl_down:
+      src = (lane - seg) + me.arg < pc.width ? lane + me.arg : lane;
+      break;
+    case collective_kind::shfl_xor:
+      src = (lane ^ me.arg) < seg + pc.width ? (lane ^ me.arg) : lane;
+      break;
     case collective_kind::ballot:
     case collective_kind::any:
     case collective_kind::all: {
@@ -45,7 +53,8 @@ inline uint64_t collective_result(block_state& b, int warp, const pending_collec
       if (pc.kind == collective_kind::any) return votes != 0;
       return votes == pc.mask;
     }
-    case collective_kind::sync_warp: return 0;
+    case collective_kind::sync_warp:
+      return 0;
   }
   if (src < 0 || src > 31 || !(pc.mask >> src & 1u)) {
     tls_thread = &me;
@@ -66,7 +75,8 @@ inline uint64_t warp_collective(collective_kind kind, uint32_t mask, int width, 
   const int warp = t.rank / 32, lane = t.rank % 32;
   auto& w = b.warps[size_t(warp)];
   const uint32_t me = 1u << lane;
-  if (!(mask & me)) fail(std::string(to_string(kind)) + " with mask " + hex_mask(mask) + " that does not name the calling lane");
+  if (!(mask & me))
+    fail(std::string(to_string(kind)) + " with mask " + hex_mask(mask) + " that does not name the calling lane");
   if (width < 1 || width > 32 || (width & (width - 1)))
     fail(std::string(to_string(kind)) + " with width " + std::to_string(width) + " (must be a power of two <= 32)");
   const uint32_t need = mask & w.existing;

@@ -22,7 +22,7 @@ namespace q35::sim {
 struct launch_config {
   const char* kernel_name;
   dim3 grid, block;
-  size_t shared_bytes;                              // static + dynamic, placed at one 16-byte aligned address
+  size_t shared_bytes;                                   // static + dynamic, placed at one 16-byte aligned address
   void (*body)(const void* ctx, unsigned char* shared);  // runs one thread of the kernel
   const void* ctx;
 };
@@ -35,7 +35,9 @@ namespace detail {
 class block_runner {
  public:
   block_runner(const launch_config& cfg, const options& opt)
-      : cfg_(cfg), opt_(opt), pool_(thread_pool(size_t(volume(cfg.block)), opt.stack_bytes)),
+      : cfg_(cfg),
+        opt_(opt),
+        pool_(thread_pool(size_t(volume(cfg.block)), opt.stack_bytes)),
         shared_(new (std::align_val_t(64)) unsigned char[std::max<size_t>(cfg.shared_bytes, 16)]) {}
   ~block_runner() { operator delete[](shared_, std::align_val_t(64)); }
 
@@ -57,8 +59,9 @@ class block_runner {
       t.rank = r;
       t.tid = dim3(unsigned(r % int(bd.x)), unsigned(r / int(bd.x) % int(bd.y)), unsigned(r / (int(bd.x) * int(bd.y))));
       b.warps[size_t(r / 32)].existing |= 1u << (r % 32);
-      t.self = boost::context::fiber(std::allocator_arg, pooled_stack{&pool_},
-                                     [this, &b, &t](boost::context::fiber&& sink) { return entry(b, t, std::move(sink)); });
+      t.self =
+          boost::context::fiber(std::allocator_arg, pooled_stack{&pool_},
+                                [this, &b, &t](boost::context::fiber&& sink) { return entry(b, t, std::move(sink)); });
     }
     schedule(b, linear);
     if (!b.error.empty()) {
@@ -90,8 +93,8 @@ class block_runner {
     w.exited |= me;
     for (auto& p : w.pending)
       if (p.mask & me)
-        b.error = b.where(t) + ": returned while lanes " + lane_list(p.arrived) + " wait for it in " + to_string(p.kind) +
-                  " with mask " + hex_mask(p.mask);
+        b.error = b.where(t) + ": returned while lanes " + lane_list(p.arrived) + " wait for it in " +
+                  to_string(p.kind) + " with mask " + hex_mask(p.mask);
   }
 
   void make_order(std::vector<int>& order, int n, int64_t linear, int phase) const {

@@ -27,9 +27,12 @@ struct options {
 
 inline const char* to_string(thread_order o) {
   switch (o) {
-    case thread_order::forward: return "forward";
-    case thread_order::reverse: return "reverse";
-    case thread_order::shuffled: return "shuffled";
+    case thread_order::forward:
+      return "forward";
+    case thread_order::reverse:
+      return "reverse";
+    case thread_order::shuffled:
+      return "shuffled";
   }
   return "?";
 }

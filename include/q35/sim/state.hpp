@@ -22,14 +22,22 @@ enum class collective_kind : uint8_t { shfl_idx, shfl_up, shfl_down, shfl_xor, b
 
 inline const char* to_string(collective_kind k) {
   switch (k) {
-    case collective_kind::shfl_idx: return "shfl_idx";
-    case collective_kind::shfl_up: return "shfl_up";
-    case collective_kind::shfl_down: return "shfl_down";
-    case collective_kind::shfl_xor: return "shfl_xor";
-    case collective_kind::ballot: return "ballot";
-    case collective_kind::any: return "any";
-    case collective_kind::all: return "all";
-    case collective_kind::sync_warp: return "sync_warp";
+    case collective_kind::shfl_idx:
+      return "shfl_idx";
+    case collective_kind::shfl_up:
+      return "shfl_up";
+    case collective_kind::shfl_down:
+      return "shfl_down";
+    case collective_kind::shfl_xor:
+      return "shfl_xor";
+    case collective_kind::ballot:
+      return "ballot";
+    case collective_kind::any:
+      return "any";
+    case collective_kind::all:
+      return "all";
+    case collective_kind::sync_warp:
+      return "sync_warp";
   }
   return "?";
 }
@@ -40,7 +48,7 @@ enum class run_state : uint8_t { ready, at_barrier, in_collective, done };
 
 struct thread_state {
   dim3 tid;
-  int rank = 0;  // x + y * bx + z * bx * by
+  int rank = 0;                     // x + y * bx + z * bx * by
   boost::context::fiber self;       // suspended fiber of this thread
   boost::context::fiber scheduler;  // where the fiber returns when it yields
   run_state state = run_state::ready;
@@ -59,8 +67,8 @@ struct pending_collective {
 };
 
 struct warp_state {
-  uint32_t existing = 0;   // lanes that exist in this (possibly partial) warp
-  uint32_t exited = 0;     // lanes whose thread has returned
+  uint32_t existing = 0;  // lanes that exist in this (possibly partial) warp
+  uint32_t exited = 0;    // lanes whose thread has returned
   std::vector<pending_collective> pending;
 };
 

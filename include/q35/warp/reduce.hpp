@@ -37,7 +37,7 @@ struct min_op {
 template <int Width = warp_size, class T, class Op>
 Q35_DEVICE T reduce(T v, Op op) {
   static_assert(Width >= 1 && Width <= warp_size && (Width & (Width - 1)) == 0, "Width: power of two <= 32");
-Q35_UNROLL
+  Q35_UNROLL
   for (int offset = Width / 2; offset > 0; offset /= 2) v = op(v, arch::shfl_xor(v, offset, Width));
   return v;
 }
