@@ -1,0 +1,27 @@
+// Helpers for the GGUF tests: fixture paths and whole-file reads.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <iterator>
+#include <string>
+
+namespace q35::test {
+
+// A fixture committed in tests/data.
+inline std::string data_path(const std::string& name) { return std::string(Q35_TEST_DATA_DIR) + "/" + name; }
+
+// A large fixture that lives only in ../shared/fixtures (next to the repository); empty when absent.
+inline std::string shared_fixture(const std::string& name) {
+  const std::string p = std::string(Q35_TEST_DATA_DIR) + "/../../../shared/fixtures/" + name;
+  return std::ifstream(p).good() ? p : std::string();
+}
+
+inline std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE_MESSAGE(in.good(), "cannot read " << path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+}  // namespace q35::test
