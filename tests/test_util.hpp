@@ -44,11 +44,11 @@ inline void for_each_order(const std::function<void()>& body) {
 #endif
 }
 
-#define Q35_REQUIRE_OK(expr)       \
-  do {                             \
-    ::q35::status q35_s_ = (expr); \
-    INFO(q35_s_.to_string());      \
-    REQUIRE(q35_s_.ok());          \
+#define Q35_REQUIRE_OK(...)               \
+  do {                                    \
+    ::q35::status q35_s_ = (__VA_ARGS__); \
+    INFO(q35_s_.to_string());             \
+    REQUIRE(q35_s_.ok());                 \
   } while (0)
 
 // Uploads a host vector into a new device buffer.
