@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Installs what q35 needs to build and test on Debian/Ubuntu (run as root or with sudo).
+# The CUDA toolkit (nvcc, CCCL) is optional and not installed here: without it only the sim backend builds.
+set -euo pipefail
+pkgs=(cmake ninja-build g++ make python3 pkg-config doctest-dev libboost-context-dev libpcre2-dev libbenchmark-dev
+      clang clang-format libclang-rt-14-dev)
+missing=()
+for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if ((${#missing[@]})); then
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
