@@ -1,9 +1,9 @@
 // Copy kernel through arch::load_16/store_16: the achieved fraction of the measured cudaMemcpy
 // bandwidth, the sanity anchor for every weight-streaming kernel.
+#include "bench_util.hpp"
 #include "q35/arch/thread.hpp"
 #include "q35/arch/vector_load.hpp"
 #include "q35/launch/launch.hpp"
-#include "bench_util.hpp"
 
 namespace {
 
@@ -18,7 +18,9 @@ struct copy_kernel {
   };
   struct shared_storage {};
   static constexpr int threads = 256;
-  static dim3 grid(const params& p) { return dim3(unsigned(std::min<int64_t>(ceil_div<int64_t>(p.n_vec, threads), 8192))); }
+  static dim3 grid(const params& p) {
+    return dim3(unsigned(std::min<int64_t>(ceil_div<int64_t>(p.n_vec, threads), 8192)));
+  }
   Q35_DEVICE void operator()(const params& p, shared_storage&) const {
     const int64_t stride = int64_t(arch::grid_dim().x) * threads;
     for (int64_t i = arch::block_rank() * threads + arch::thread_rank(); i < p.n_vec; i += stride)

@@ -96,7 +96,8 @@ inline std::string device_name() {
 // Counters every weight-streaming benchmark reports: bytes per iteration, GB/s, % of copy bandwidth.
 inline void report_bytes(benchmark::State& state, double bytes_per_iteration) {
   state.counters["bytes"] = bytes_per_iteration;
-  state.counters["GB/s"] = benchmark::Counter(bytes_per_iteration * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GB/s"] =
+      benchmark::Counter(bytes_per_iteration * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 #if Q35_BACKEND_CUDA
   const double copy = measured_copy_gbps();
   if (copy > 0)
