@@ -71,9 +71,9 @@ class gguf_file {
   uint64_t get_uint(std::string_view key) const {
     const gguf_kv& kv = at(key);
     if (!gguf_is_integer(kv.type)) wrong_type(kv, "an integer");
+    if (kv.type == gguf_type::uint64) return load<uint64_t>(kv.value);
     const int64_t v = read_int(kv.type, kv.value, kv.key);
-    if (is_signed(kv.type) && v < 0)
-      fail("key '" + std::string(key) + "': expected an unsigned value but found " + std::to_string(v));
+    if (v < 0) fail("key '" + std::string(key) + "': expected an unsigned value but found " + std::to_string(v));
     return uint64_t(v);
   }
 
@@ -157,9 +157,6 @@ class gguf_file {
   }
   static std::string_view string_at(const uint8_t* p) {  // lengths were checked at parse time
     return std::string_view(reinterpret_cast<const char*>(p + 8), size_t(load<uint64_t>(p)));
-  }
-  static bool is_signed(gguf_type t) {
-    return t == gguf_type::int8 || t == gguf_type::int16 || t == gguf_type::int32 || t == gguf_type::int64;
   }
   int64_t read_int(gguf_type t, const uint8_t* p, std::string_view key) const {
     switch (t) {
