@@ -3,6 +3,7 @@
 // test_tokenizer_fixtures.cpp.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <string>
@@ -182,15 +183,23 @@ TEST_CASE("streaming decode equals whole decode and never emits part of a charac
     CAPTURE(text);
     const auto ids = tok.encode(text);
     q35::io::stream_decoder stream(tok);
-    std::string joined;
+    std::string joined, unheld;
+    std::vector<size_t> cuts, unheld_cuts;
     for (int32_t id : ids) {
       const std::string chunk = stream.push(id);
       CHECK(q35::io::is_valid_utf8(chunk));
       joined += chunk;
+      cuts.push_back(joined.size());
+      unheld += tok.piece(id);
+      unheld_cuts.push_back(unheld.size());
     }
     CHECK(stream.flush().empty());
     CHECK(joined == tok.decode(ids));
     CHECK(joined == text);
+    CHECK(!q35::test::cuts_inside_a_character(joined, cuts));
+    // the check has teeth: emitting each token's bytes at once cuts every multi-byte character
+    const bool has_multibyte = std::any_of(text.begin(), text.end(), [](char ch) { return (ch & 0x80) != 0; });
+    CHECK(q35::test::cuts_inside_a_character(unheld, unheld_cuts) == has_multibyte);
   }
   const int32_t straddle = *tok.find(q35::io::bytes_to_mapped("\xa9\xc3"));
   q35::io::stream_decoder stream(tok);

@@ -8,6 +8,7 @@
 
 #include "q35/io/byte_unicode.hpp"
 #include "q35/io/tokenizer.hpp"
+#include "q35/io/utf8.hpp"
 
 namespace q35::test {
 
@@ -40,6 +41,18 @@ struct toy_vocab {
     return io::tokenizer(std::move(tokens), std::move(types), merge_texts, ids);
   }
 };
+
+// Whether any of the byte offsets `cuts` of `text` falls inside a well-formed UTF-8 sequence (bytes
+// that belong to no well-formed sequence count as one-byte units).
+inline bool cuts_inside_a_character(const std::string& text, const std::vector<size_t>& cuts) {
+  std::vector<bool> interior(text.size() + 1, false);
+  for (size_t pos = 0; pos < text.size();) {
+    const size_t n = std::max<size_t>(1, io::utf8_valid_length_at(text, pos));
+    for (size_t i = 1; i < n; ++i) interior[pos + i] = true;
+    pos += n;
+  }
+  return std::any_of(cuts.begin(), cuts.end(), [&](size_t c) { return interior[c]; });
+}
 
 // Texts that exercise the pre-tokenizer and UTF-8 handling: accents (precomposed and combining),
 // CJK, Arabic, Hebrew, Devanagari, Thai, emoji with ZWJ sequences, skin tones and flags, long

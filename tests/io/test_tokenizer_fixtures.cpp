@@ -1,0 +1,151 @@
+// The tokenizer built from the GGUF fixtures against external references: llama.cpp's token ids
+// for every prompt of every tests/data/ref_*.json, and the ids of the independent Python tokenizer
+// (shared/fixtures/qwen35_reference.py, which agrees with llama.cpp on all those prompts) for the
+// multilingual corpus in tests/data/tokenizer_corpus.json (made by scripts/make_tokenizer_corpus.py).
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "io/ref_cases.hpp"
+#include "io/tokenizer_test_util.hpp"
+#include "q35/io/gguf.hpp"
+#include "q35/io/stream_decoder.hpp"
+#include "q35/io/tokenizer.hpp"
+
+namespace {
+
+const std::string data_dir = Q35_TEST_DATA_DIR;
+
+const q35::io::tokenizer& fixture_tokenizer() {
+  static const q35::io::tokenizer tok =
+      q35::io::tokenizer::from_gguf(q35::io::gguf_file::open(data_dir + "/tiny_dense_q4km.gguf"));
+  return tok;
+}
+
+std::vector<std::string> ref_files() {
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(data_dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with("ref_") && name.ends_with(".json")) files.push_back(e.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+}  // namespace
+
+TEST_CASE("fixture vocabulary: size, special tokens and end-of-generation ids (fixtures README)") {
+  const auto& tok = fixture_tokenizer();
+  CHECK(tok.n_vocab() == 512);
+  CHECK(tok.find("<|endoftext|>") == 507);
+  CHECK(tok.find("<|im_start|>") == 508);
+  CHECK(tok.find("<|im_end|>") == 509);
+  CHECK(tok.find("<think>") == 510);
+  CHECK(tok.find("</think>") == 511);
+  CHECK(tok.specials().eos == 509);
+  CHECK(tok.specials().bos == 507);
+  CHECK(tok.is_eog(509));
+  CHECK(tok.is_eog(507));
+  CHECK(!tok.is_eog(508));
+  CHECK(!tok.is_eog(510));
+  CHECK(tok.uses_jit());
+}
+
+TEST_CASE("every ref_*.json prompt tokenizes to llama.cpp's ids, and decodes back") {
+  const auto files = ref_files();
+  REQUIRE(files.size() >= 7);
+  for (const auto& gguf : {"tiny_dense_q4km.gguf", "tiny_moe_q4km.gguf", "tiny_interleaved_q4km.gguf"}) {
+    CAPTURE(gguf);  // all fixtures share the vocabulary: each file's tokenizer must give the same ids
+    const auto tok = q35::io::tokenizer::from_gguf(q35::io::gguf_file::open(data_dir + "/" + gguf));
+    size_t n_cases = 0;
+    for (const auto& file : files) {
+      for (const auto& c : q35::test::read_ref_cases(file)) {
+        CAPTURE(file);
+        CAPTURE(c.prompt);
+        CHECK(tok.encode(c.prompt) == c.tokens);
+        CHECK(tok.decode(c.tokens) == c.prompt);
+        ++n_cases;
+      }
+    }
+    CHECK(n_cases == 3 * files.size());
+  }
+}
+
+TEST_CASE("llama.cpp's greedy continuations stream-decode to the same bytes as a whole decode") {
+  const auto& tok = fixture_tokenizer();
+  for (const auto& file : ref_files()) {
+    for (const auto& c : q35::test::read_ref_cases(file)) {
+      CAPTURE(file);
+      REQUIRE(c.greedy.size() == 16);
+      q35::io::stream_decoder stream(tok);
+      std::string joined;
+      std::vector<size_t> cuts;
+      for (int32_t id : c.greedy) {
+        joined += stream.push(id);
+        cuts.push_back(joined.size());
+      }
+      joined += stream.flush();
+      CHECK(!q35::test::cuts_inside_a_character(joined, cuts));
+      CHECK(joined == tok.decode(c.greedy));
+    }
+  }
+}
+
+TEST_CASE("multilingual corpus: ids equal the Python reference tokenizer's; decode(encode(text)) == text") {
+  const auto& tok = fixture_tokenizer();
+  const auto cases = q35::test::read_ref_cases(data_dir + "/tokenizer_corpus.json");
+  REQUIRE(cases.size() >= 20);
+  for (const auto& c : cases) {
+    CAPTURE(c.prompt);
+    CHECK(tok.encode(c.prompt) == c.tokens);
+    CHECK(tok.decode(tok.encode(c.prompt)) == c.prompt);
+  }
+  for (const std::string& text : q35::test::multilingual_corpus()) {
+    CAPTURE(text);
+    const auto ids = tok.encode(text);
+    CHECK(tok.decode(ids) == text);
+    CHECK(tok.decode(tok.encode(text, false)) == text);
+    q35::io::stream_decoder stream(tok);
+    std::string joined;
+    for (int32_t id : ids) {
+      const std::string chunk = stream.push(id);
+      CHECK(q35::io::is_valid_utf8(chunk));
+      joined += chunk;
+    }
+    CHECK(joined == text);
+  }
+}
+
+TEST_CASE("fixture vocabulary: special-token parsing on and off") {
+  const auto& tok = fixture_tokenizer();
+  const std::string text = "<|im_start|>user\nhi<|im_end|>";
+  const auto on = tok.encode(text);
+  CHECK(on.front() == 508);
+  CHECK(on.back() == 509);
+  const auto off = tok.encode(text, false);
+  for (int32_t id : off) CHECK(tok.type(id) == q35::io::token_type::normal);
+  CHECK(tok.decode(off) == text);
+  CHECK(tok.decode(on, false) == "user\nhi");
+  // <think> is USER_DEFINED in the fixtures: matched whether or not special parsing is on.
+  CHECK(tok.encode("<think>", false) == std::vector<int32_t>{510});
+}
+
+TEST_CASE("from_gguf: a file without tokenizer metadata is refused with the missing key") {
+  const std::string path = data_dir + "/tiny_dense_q4km.gguf";
+  const auto file = q35::io::gguf_file::open(path);
+  struct without_key {
+    const q35::io::gguf_file& f;
+    std::string missing;
+    bool has(std::string_view k) const { return k != missing && f.has(k); }
+    std::string get_string(std::string_view k) const { return f.get_string(k); }
+    uint64_t get_uint(std::string_view k) const { return f.get_uint(k); }
+    std::vector<std::string_view> get_string_array(std::string_view k) const { return f.get_string_array(k); }
+    std::vector<int64_t> get_int_array(std::string_view k) const { return f.get_int_array(k); }
+  };
+  for (const char* key :
+       {"tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens", "tokenizer.ggml.merges"})
+    CHECK_THROWS_WITH_AS(q35::io::tokenizer::from_gguf(without_key{file, key}), doctest::Contains(key),
+                         q35::io::tokenizer_error);
+}
