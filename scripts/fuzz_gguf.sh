@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Builds the GGUF reader's libFuzzer target (clang, ASan + UBSan), replays the seed corpus, then
+# fuzzes for a bounded time and reports the number of executions and findings.
+#
+# Usage: scripts/fuzz_gguf.sh [seconds=60]
+#   env: Q35_FUZZ_BUILD_DIR (default build-fuzz), Q35_FUZZ_JOBS (default 2, build parallelism)
+#
+# Needs clang with its compiler-rt runtimes (libFuzzer, ASan, UBSan). On Debian 12:
+#   apt-get update && apt-get install -y clang-14 libclang-rt-14-dev cmake ninja-build
+# (libclang-rt-14-dev ships libclang_rt.fuzzer-x86_64.a and the sanitizer runtimes.)
+#
+# Exit status: 0 when the replay and the fuzzing run found nothing; 1 otherwise, with the
+# reproducers left in $Q35_FUZZ_BUILD_DIR/findings/.
+set -euo pipefail
+
+seconds="${1:-60}"
+if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [ "$seconds" -lt 1 ]; then
+  echo "usage: $0 [seconds >= 1]" >&2
+  exit 2
+fi
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${Q35_FUZZ_BUILD_DIR:-$root/build-fuzz}"
+jobs="${Q35_FUZZ_JOBS:-2}"
+cxx="${CXX_FUZZ:-$(command -v clang++ || command -v clang++-14 || true)}"
+if [ -z "$cxx" ]; then
+  echo "fuzz_gguf: clang++ not found (apt-get install -y clang-14 libclang-rt-14-dev)" >&2
+  exit 1
+fi
+
+cmake -S "$root/fuzz" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" -j "$jobs"
+fuzzer="$build/gguf_fuzz"
+
+export ASAN_OPTIONS="${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:allocator_may_return_null=0}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
+
+findings="$build/findings"
+work="$build/corpus"  # new inputs go here; the committed seed corpus is never modified
+rm -rf "$findings"
+mkdir -p "$findings" "$work"
+
+echo "== replaying the seed corpus ($(find "$root/fuzz/corpus/gguf" -type f | wc -l) files)"
+if ! "$fuzzer" -runs=0 -artifact_prefix="$findings/" "$root/fuzz/corpus/gguf" >"$build/replay.log" 2>&1; then
+  tail -40 "$build/replay.log"
+  echo "fuzz_gguf: FAILED while replaying the seed corpus" >&2
+  exit 1
+fi
+
+echo "== fuzzing for ${seconds}s"
+status=0
+"$fuzzer" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  -dict="$root/fuzz/gguf.dict" -artifact_prefix="$findings/" "$work" "$root/fuzz/corpus/gguf" \
+  >"$build/fuzz.log" 2>&1 || status=$?
+
+execs="$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$build/fuzz.log" | grep -o '[0-9]*$' | tail -1 || true)"
+n_findings="$(find "$findings" -type f | wc -l)"
+echo "executions: ${execs:-unknown}"
+echo "findings: $n_findings"
+if [ "$status" -ne 0 ] || [ "$n_findings" -ne 0 ] || [ -z "$execs" ]; then
+  tail -60 "$build/fuzz.log"
+  echo "fuzz_gguf: FAILED (libFuzzer exit $status, $n_findings finding(s) in $findings)" >&2
+  exit 1
+fi
+echo "fuzz_gguf: OK"
