@@ -22,9 +22,16 @@ uint64_t read_all_metadata(const q35::io::gguf_file& f) {
   for (const q35::io::gguf_kv& kv : f.metadata()) {
     try {
       switch (kv.type) {
-        case gguf_type::string: sum += f.get_string(kv.key).size(); break;
-        case gguf_type::float32: case gguf_type::float64: sum += uint64_t(f.get_float(kv.key) != 0); break;
-        case gguf_type::bool_: sum += f.get_bool(kv.key); break;
+        case gguf_type::string:
+          sum += f.get_string(kv.key).size();
+          break;
+        case gguf_type::float32:
+        case gguf_type::float64:
+          sum += uint64_t(f.get_float(kv.key) != 0);
+          break;
+        case gguf_type::bool_:
+          sum += f.get_bool(kv.key);
+          break;
         case gguf_type::array:
           sum += f.array_size(kv.key);
           if (kv.elem_type == gguf_type::string) {
@@ -54,7 +61,8 @@ uint64_t read_all_metadata(const q35::io::gguf_file& f) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   volatile uint64_t sink = 0;
   try {
-    const auto f = q35::io::gguf_file::from_memory(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz.gguf");
+    const auto f =
+        q35::io::gguf_file::from_memory(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz.gguf");
     sink = sink + read_all_metadata(f);
     const q35::io::model_hparams h = q35::io::read_hparams(f);
     q35::io::check_tensors(f, h);

@@ -59,6 +59,14 @@ struct gguf_rewriter {
       }
     kvs.push_back({key, 4, raw});
   }
+  void set_u32_array(const std::string& key, const std::vector<uint32_t>& values) {
+    std::string raw;
+    append(raw, uint32_t(4));
+    append(raw, uint64_t(values.size()));
+    for (uint32_t v : values) append(raw, v);
+    erase_kv(key);
+    kvs.push_back({key, 9, raw});
+  }
   void erase_kv(const std::string& key) {
     std::erase_if(kvs, [&](const kv& k) { return k.key == key; });
   }

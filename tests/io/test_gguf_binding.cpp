@@ -337,6 +337,34 @@ TEST_CASE("binding: hyper-parameter errors name the key") {
     CHECK(bind_err(r) == "edited.gguf: key 'qwen35.nextn_predict_layers': value 4 is out of range (expected 0..3)");
   }
   {
+    // Without key_length / value_length, llama.cpp's default n_embd / n_head = 128 applies, and the
+    // attention tensors (head_dim 256) no longer fit: spec 6 pitfall 6, key_length must be honoured.
+    gguf_rewriter r(f0);
+    r.erase_kv("qwen35.attention.key_length");
+    r.erase_kv("qwen35.attention.value_length");
+    r.erase_kv("qwen35.rope.dimension_count");
+    const io::model_hparams h = io::read_hparams(reparse(r));
+    CHECK(h.head_dim == 128);
+    CHECK(h.rope_dim == 128);
+    CHECK(contains(bind_err(r), "tensor 'blk.3.attn_q.weight' has shape [256, 1024], expected [256, 512]"));
+    CHECK(contains(bind_err(r), "tensor 'blk.3.attn_q_norm.weight' has shape [256], expected [128]"));
+  }
+  {
+    gguf_rewriter r(f0);  // head_count_kv defaults to head_count
+    r.erase_kv("qwen35.attention.head_count_kv");
+    CHECK(io::read_hparams(reparse(r)).n_kv_heads == 2);
+    CHECK(contains(bind_err(r), "tensor 'blk.3.attn_k.weight' has shape [256, 256], expected [256, 512]"));
+  }
+  {
+    gguf_rewriter r(f0);  // per-layer arrays are accepted when every layer has the same value
+    r.set_u32_array("qwen35.attention.head_count", {2, 2, 2, 2});
+    CHECK(io::bind_model(reparse(r)).hparams.n_heads == 2);
+    r.set_u32_array("qwen35.attention.head_count", {2, 2, 4, 2});
+    CHECK(bind_err(r) ==
+          "edited.gguf: key 'qwen35.attention.head_count': per-layer values differ (2 vs 4); q35 needs one value for "
+          "all layers");
+  }
+  {
     gguf_rewriter r(f0);
     r.erase_kv("qwen35.feed_forward_length");
     CHECK(bind_err(r) ==

@@ -40,8 +40,13 @@ inline uint32_t hparam(const gguf_file& f, const std::string& key, uint64_t lo, 
            std::to_string(hi) + ")");
   return uint32_t(v);
 }
+// `key` when present, else llama.cpp's default `fallback`, which must also lie in [lo, hi].
 inline uint32_t hparam_or(const gguf_file& f, const std::string& key, uint64_t fallback, uint64_t lo, uint64_t hi) {
-  return f.has(key) ? hparam(f, key, lo, hi) : uint32_t(fallback);
+  if (f.has(key)) return hparam(f, key, lo, hi);
+  if (fallback < lo || fallback > hi)
+    f.fail("key '" + key + "' is missing and its default " + std::to_string(fallback) + " is out of range (expected " +
+           std::to_string(lo) + ".." + std::to_string(hi) + ")");
+  return uint32_t(fallback);
 }
 
 inline bool has_tensor(const gguf_file& f, uint32_t il, const char* name) {
