@@ -6,7 +6,7 @@
 #include "q35/launch/launch.hpp"
 #include "test_util.hpp"
 
-namespace {
+namespace arch_test_atomic {
 
 using namespace q35;
 
@@ -60,4 +60,4 @@ TEST_CASE("arch: atomics on global and shared memory count every thread exactly 
   for (int32_t c : test::to_host(per_block)) CHECK(c == 128);
 }
 
-}  // namespace
+}  // namespace arch_test_atomic

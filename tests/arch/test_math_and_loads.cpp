@@ -9,7 +9,7 @@
 #include "q35/launch/launch.hpp"
 #include "test_util.hpp"
 
-namespace {
+namespace arch_test_math_and_loads {
 
 using namespace q35;
 
@@ -107,4 +107,4 @@ TEST_CASE_TEMPLATE("arch: 16-byte vector loads and stores round-trip" * test::ne
   for (size_t i = 0; i < x.size(); ++i) REQUIRE(to_float(y[i]) == 2.0f * to_float(x[i]));
 }
 
-}  // namespace
+}  // namespace arch_test_math_and_loads

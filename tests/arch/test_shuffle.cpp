@@ -7,7 +7,7 @@
 #include "q35/launch/launch.hpp"
 #include "test_util.hpp"
 
-namespace {
+namespace arch_test_shuffle {
 
 using namespace q35;
 
@@ -160,4 +160,4 @@ TEST_CASE("arch: collectives with partial, disjoint masks" * test::needs_device(
   });
 }
 
-}  // namespace
+}  // namespace arch_test_shuffle

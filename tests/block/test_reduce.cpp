@@ -6,7 +6,7 @@
 #include "q35/launch/launch.hpp"
 #include "test_util.hpp"
 
-namespace {
+namespace block_test_reduce {
 
 using namespace q35;
 
@@ -60,4 +60,4 @@ TEST_CASE_TEMPLATE("block: reduce sum and max, storage reused, every thread orde
   });
 }
 
-}  // namespace
+}  // namespace block_test_reduce

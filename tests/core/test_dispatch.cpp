@@ -2,7 +2,7 @@
 #include "q35/core/dispatch.hpp"
 #include "test_util.hpp"
 
-namespace {
+namespace core_test_dispatch {
 
 using namespace q35;
 
@@ -29,4 +29,4 @@ TEST_CASE("dispatch: an unsupported value names itself and the supported set") {
   CHECK(s.message() == "value 60 is not supported here (supported: 64 128 256)");
 }
 
-}  // namespace
+}  // namespace core_test_dispatch

@@ -8,7 +8,7 @@
 #include "q35/core/numeric.hpp"
 #include "test_util.hpp"
 
-namespace {
+namespace core_test_numeric {
 
 using namespace q35;
 
@@ -72,7 +72,7 @@ TEST_CASE("numeric: float to half rounds to nearest even, overflows to inf, keep
   }
   for (float f : xs) {
     CAPTURE(f);
-    const uint16_t got = from_float<half>(f).bits;
+    const uint16_t got = to_bits(from_float<half>(f));
     if (std::isnan(f)) {
       CHECK((got & 0x7c00) == 0x7c00);
       CHECK((got & 0x3ff) != 0);
@@ -102,10 +102,10 @@ TEST_CASE("numeric: bf16 conversions") {
     const double vhi = (hi & 0x7fffffffu) == 0x7f800000u ? std::copysign(std::ldexp(1.0, 128), f) : double(fhi);
     const double dlo = std::fabs(double(f) - flo), dhi = std::fabs(vhi - f);
     const uint32_t want = (dlo < dhi || (dlo == dhi && ((lo >> 16) & 1) == 0)) ? lo : hi;
-    REQUIRE((uint32_t(b.bits) << 16) == want);
+    REQUIRE((uint32_t(to_bits(b)) << 16) == want);
   }
   CHECK(to_float(from_float<bf16>(INFINITY)) == INFINITY);
   CHECK(bf16_bits_to_float(0x3f80) == 1.0f);
 }
 
-}  // namespace
+}  // namespace core_test_numeric

@@ -3,7 +3,7 @@
 #include "q35/launch/launch.hpp"
 #include "test_util.hpp"
 
-namespace {
+namespace launch_test_launch {
 
 using namespace q35;
 
@@ -94,4 +94,4 @@ TEST_CASE("launch: the kernel contract concept rejects incomplete functors") {
   CHECK(true);
 }
 
-}  // namespace
+}  // namespace launch_test_launch

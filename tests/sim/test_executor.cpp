@@ -16,7 +16,7 @@
 #include "q35/sim/options.hpp"
 #endif
 
-namespace {
+namespace sim_test_executor {
 
 using namespace q35;
 
@@ -385,4 +385,4 @@ TEST_CASE("sim: results do not depend on the number of worker threads or the ord
 
 #endif  // Q35_BACKEND_SIM
 
-}  // namespace
+}  // namespace sim_test_executor

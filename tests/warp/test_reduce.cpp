@@ -10,7 +10,7 @@
 #include "q35/warp/reduce.hpp"
 #include "test_util.hpp"
 
-namespace {
+namespace warp_test_reduce {
 
 using namespace q35;
 
@@ -141,4 +141,4 @@ TEST_CASE("warp: argmax takes the lower index on ties and ranks NaN last" * test
   }
 }
 
-}  // namespace
+}  // namespace warp_test_reduce

@@ -17,7 +17,7 @@
 namespace q35 {
 
 Q35_HOST_DEVICE uint32_t float_bits(float f) {
-#if Q35_BACKEND_CUDA
+#if Q35_DEVICE_PASS
   return __float_as_uint(f);
 #else
   uint32_t u;
@@ -27,7 +27,7 @@ Q35_HOST_DEVICE uint32_t float_bits(float f) {
 }
 
 Q35_HOST_DEVICE float bits_float(uint32_t u) {
-#if Q35_BACKEND_CUDA
+#if Q35_DEVICE_PASS
   return __uint_as_float(u);
 #else
   float f;
@@ -141,6 +141,15 @@ Q35_HOST_DEVICE bf16 from_float<bf16>(float v) {
 #else
   return bf16(v);
 #endif
+}
+
+// The 16 bits of a half or bf16 value.
+template <class T>
+Q35_HOST_DEVICE uint16_t to_bits(T v) {
+  static_assert(sizeof(T) == 2, "to_bits: half or bf16");
+  uint16_t b;
+  std::memcpy(&b, &v, 2);
+  return b;
 }
 
 // Raw 16-bit patterns (GGUF stores F16/BF16 as bits).
