@@ -2,7 +2,11 @@
 // README and gguf-py report them, open() vs from_memory(), and the typed accessors' errors.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 
@@ -155,4 +159,28 @@ TEST_CASE("gguf: the large F32 fixtures from ../shared parse when present") {
     CHECK(f.tensors().size() == (std::string(name) == "tiny_dense.gguf" ? 56u : 76u));
     for (const auto& t : f.tensors()) CHECK(t.ggml() == io::ggml_type::f32);
   }
+}
+
+TEST_CASE("gguf: open() reports empty files, directories and damaged files like from_memory()") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("q35_test_gguf_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string empty = (dir / "empty.gguf").string();
+  std::ofstream(empty, std::ios::binary).flush();
+  CHECK(error_of([&] { (void)io::gguf_file::open(empty); }) ==
+        empty + ": truncated file: magic needs 4 bytes at offset 0 but only 0 remain (file size 0)");
+  CHECK(error_of([&] { (void)io::gguf_file::open(dir.string()); }) == dir.string() + ": not a regular file");
+
+  // The fixture with its last tensor cut short, through the mmap path.
+  std::string bytes = q35::test::read_bytes(data_path("tiny_dense_q4km.gguf"));
+  const std::string expected = error_of([&] {
+    (void)io::gguf_file::from_memory(std::string_view(bytes).substr(0, bytes.size() - 100),
+                                     (dir / "cut.gguf").string());
+  });
+  CHECK(expected.find("runs past the end of the file") != std::string::npos);
+  bytes.resize(bytes.size() - 100);
+  const std::string cut = (dir / "cut.gguf").string();
+  std::ofstream(cut, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+  CHECK(error_of([&] { (void)io::gguf_file::open(cut); }) == expected);
+  fs::remove_all(dir);
 }
