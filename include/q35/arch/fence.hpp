@@ -1,0 +1,35 @@
+// Device-wide memory ordering between blocks of one kernel: the fence and the L1-bypassing load that
+// the "last block finishes the work" pattern needs (CUDA's threadFenceReduction sample).
+#pragma once
+
+#include "q35/core/config.hpp"
+
+#if Q35_BACKEND_SIM
+#include <atomic>
+#endif
+
+namespace q35::arch {
+
+// Orders this thread's global-memory writes before its later writes (an atomic that publishes
+// them), as seen by every thread of the device; on the reading side, orders a preceding atomic
+// before the reads that follow.
+Q35_DEVICE void thread_fence() {
+#if Q35_BACKEND_CUDA
+  __threadfence();
+#else
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
+}
+
+// Loads *p through L2 only (ld.global.cg): for data other blocks wrote during this kernel, which
+// the read-only path (load_16, __ldg) may not see.
+template <class T>
+Q35_DEVICE T load_coherent(const T* p) {
+#if Q35_BACKEND_CUDA
+  return __ldcg(p);
+#else
+  return *p;
+#endif
+}
+
+}  // namespace q35::arch

@@ -1,0 +1,138 @@
+// router_kernel: hidden state -> router logits (GEMV) -> scores -> top-k -> renormalised weights,
+// plus the shared-expert gate, in one launch.
+//
+// Thread-to-data mapping. Block (tile, chunk) computes the logits of Policy::tokens_per_block tokens
+// for Policy::rows_per_block weight rows (warp w takes rows w, w + n_warps, ...; row n_experts is the
+// shared-expert gate) and stores them in the workspace. The last block of a token tile to finish
+// (an atomic counter per tile, which it resets to 0) then routes the tile's tokens, one warp per token.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+
+#include "q35/arch/atomic.hpp"
+#include "q35/arch/fence.hpp"
+#include "q35/arch/math.hpp"
+#include "q35/arch/thread.hpp"
+#include "q35/core/config.hpp"
+#include "q35/core/dim3.hpp"
+#include "q35/core/vec.hpp"
+#include "q35/ops/router.hpp"
+#include "q35/ops/router_gemv.hpp"
+
+namespace q35::kernels {
+
+// What the routing math needs from a model: experts per layer and experts per token.
+template <class T>
+concept router_traits = requires {
+  { T::n_experts } -> std::convertible_to<int>;
+  { T::n_experts_used } -> std::convertible_to<int>;
+}
+&&(T::n_experts >= 1) && (T::n_experts <= ops::router_max_experts) && (T::n_experts_used >= 1) &&
+    (T::n_experts_used <= ops::router_max_k) && (T::n_experts_used <= T::n_experts);
+
+// How the router runs. Not tuned on a GPU yet: 4 warps, one row per warp and 4 tokens per block
+// give 65 blocks for E = 256 at batch 1 and keep x of a token tile (4 x 8 KB at n_embd 2048) in L1.
+template <int Threads = 128, int TokensPerBlock = 4, int RowsPerBlock = 4>
+struct router_policy {
+  static constexpr int threads = Threads;
+  static constexpr int tokens_per_block = TokensPerBlock;
+  static constexpr int rows_per_block = RowsPerBlock;
+  static_assert(Threads % warp_size == 0 && RowsPerBlock % (Threads / warp_size) == 0,
+                "rows_per_block: a multiple of the warps per block");
+  static_assert(TokensPerBlock <= Threads / warp_size, "one warp per token of a tile in the routing phase");
+};
+
+template <router_traits Traits, class WeightT = float, class Policy = router_policy<>>
+struct router_kernel {
+  static constexpr int n_experts = Traits::n_experts;
+  static constexpr int k = Traits::n_experts_used;
+  static constexpr int threads = Policy::threads;
+  static constexpr int n_warps = threads / warp_size;
+  static constexpr int tokens_per_block = Policy::tokens_per_block;
+  static constexpr int rows_per_block = Policy::rows_per_block;
+  static constexpr int items_per_lane = ceil_div(n_experts, warp_size);
+  // Workspace row: n_experts logits, then the shared-expert gate logit.
+  static constexpr int64_t logits_stride = n_experts + 1;
+
+  struct params {
+    const float* x;                 // [n_tokens, n_embd], row-major
+    const WeightT* w_router;        // [n_experts, n_embd], row-major (GGUF ffn_gate_inp, ne = [n_embd, n_experts])
+    const WeightT* maybe_w_shexp;   // [n_embd] (ffn_gate_inp_shexp), or null: no shared-expert gate
+    int32_t* ids;                   // [n_tokens, k]
+    float* weights;                 // [n_tokens, k]
+    int32_t* maybe_k_used;          // [n_tokens], or null
+    float* maybe_shexp_gate;        // [n_tokens]: sigmoid(w_shexp . x); written when maybe_w_shexp is set
+    uint64_t* maybe_expert_counts;  // [n_experts], += 1 per selection, or null
+    float* logits;                  // workspace [n_tokens, n_experts + 1]
+    uint32_t* tile_counters;        // workspace [ceil(n_tokens / tokens_per_block)], 0 between launches
+    int64_t n_tokens;
+    int n_embd;
+    ops::route_options route;
+  };
+  struct shared_storage {
+    int is_last;  // this block is the last of its token tile to finish its logits
+  };
+
+  static int64_t n_tiles(int64_t n_tokens) { return ceil_div<int64_t>(n_tokens, tokens_per_block); }
+  static Q35_HOST_DEVICE int n_rows(const params& p) { return n_experts + (p.maybe_w_shexp ? 1 : 0); }
+  static dim3 grid(const params& p) {
+    return dim3(unsigned(n_tiles(p.n_tokens)), unsigned(ceil_div(n_rows(p), rows_per_block)));
+  }
+
+  Q35_DEVICE void operator()(const params& p, shared_storage& s) const {
+    const int64_t tile = int64_t(arch::block_idx().x);
+    const int chunk = int(arch::block_idx().y);
+    const int64_t t0 = tile * tokens_per_block;
+    const int n_here = int(std::min<int64_t>(tokens_per_block, p.n_tokens - t0));
+    const int warp = arch::warp_id(), lane = arch::lane_id();
+
+    // Phase 1: logits[t, row] = W[row] . x[t]  for this block's rows and tokens.
+    for (int i = 0; i < rows_per_block / n_warps; ++i) {
+      const int row = chunk * rows_per_block + i * n_warps + warp;
+      if (row >= n_rows(p)) break;  // warp-uniform
+      const WeightT* w = row < n_experts ? p.w_router + int64_t(row) * p.n_embd : p.maybe_w_shexp;
+      float dot[tokens_per_block];
+      ops::warp_dot_tokens<tokens_per_block>(w, p.x + t0 * p.n_embd, p.n_embd, n_here, dot);
+      Q35_UNROLL
+      for (int t = 0; t < tokens_per_block; ++t)
+        if (t < n_here && lane == t) p.logits[(t0 + t) * logits_stride + row] = dot[t];
+    }
+
+    // Publish the logits; the last block of the tile to arrive routes its tokens.
+    arch::thread_fence();
+    arch::sync_block();
+    if (arch::thread_rank() == 0) {
+      const uint32_t arrived = arch::atomic_add(p.tile_counters + tile, 1u);
+      s.is_last = arrived + 1 == arch::grid_dim().y;
+    }
+    arch::sync_block();
+    if (!s.is_last) return;  // the whole block
+    arch::thread_fence();
+    if (arch::thread_rank() == 0) arch::atomic_exchange(p.tile_counters + tile, 0u);  // ready for the next launch
+
+    // Phase 2: one warp per token of the tile.
+    for (int t = warp; t < n_here; t += n_warps) {
+      const int64_t token = t0 + t;
+      const float* row = p.logits + token * logits_stride;
+      float l[items_per_lane];
+      Q35_UNROLL
+      for (int j = 0; j < items_per_lane; ++j) {
+        const int e = warp::strided_index(lane, j);
+        l[j] = e < n_experts ? arch::load_coherent(row + e) : NAN;
+      }
+      const ops::routed r = ops::route_token(l, n_experts, k, p.route, p.maybe_expert_counts);
+      if (lane < k) {
+        p.ids[token * k + lane] = r.id;
+        p.weights[token * k + lane] = r.weight;
+      }
+      if (lane == 0 && p.maybe_k_used) p.maybe_k_used[token] = r.k_used;
+      // gate = sigmoid(w_shexp . x)
+      if (lane == 0 && p.maybe_w_shexp) p.maybe_shexp_gate[token] = arch::sigmoid(arch::load_coherent(row + n_experts));
+    }
+  }
+};
+
+}  // namespace q35::kernels

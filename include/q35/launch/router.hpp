@@ -1,0 +1,150 @@
+// launch::router: the host API of the fused router (hidden state -> expert ids and weights, plus
+// the shared-expert gate) for one MoE layer and any number of tokens, in one launch.
+//
+//   launch::router_workspace ws;  Q35_TRY(ws.allocate(max_tokens, Traits::n_experts));   // once
+//   launch::router_args<float> a{...};  a.workspace = ws.view();
+//   Q35_TRY(launch::router<Traits>(a, stream));
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "q35/arch/memory.hpp"
+#include "q35/core/status.hpp"
+#include "q35/kernels/router.hpp"
+#include "q35/launch/launch.hpp"
+#include "q35/ops/dense_row.hpp"
+
+namespace q35::launch {
+
+// Scratch of the router: the logits of every token and one arrival counter per token tile. The
+// counters must be 0 before the first launch (allocate() does it); every launch leaves them 0.
+struct router_workspace_view {
+  float* logits = nullptr;            // [max_tokens, n_experts + 1]
+  uint32_t* tile_counters = nullptr;  // [max_tokens] (one per tile is used)
+  int64_t max_tokens = 0;
+  int n_experts = 0;
+};
+
+class router_workspace {
+ public:
+  status allocate(int64_t max_tokens, int n_experts) {
+    if (max_tokens < 0 || n_experts < 1) return error(status_code::invalid_argument, "router_workspace: bad size");
+    Q35_TRY(logits_.allocate(size_t(max_tokens) * size_t(n_experts + 1)));
+    Q35_TRY(counters_.allocate(size_t(max_tokens)));
+    Q35_TRY(fill_bytes(counters_.data(), 0, counters_.bytes()));
+    max_tokens_ = max_tokens;
+    n_expert_ = n_experts;
+    return synchronize();
+  }
+  router_workspace_view view() { return {logits_.data(), counters_.data(), max_tokens_, n_expert_}; }
+
+ private:
+  device_buffer<float> logits_;
+  device_buffer<uint32_t> counters_;
+  int64_t max_tokens_ = 0;
+  int n_expert_ = 0;
+};
+
+template <class WeightT = float>
+struct router_args {
+  int64_t n_tokens = 0;
+  int n_embd = 0;                           // hidden size (the GGUF's embedding_length)
+  int n_experts = 0;                        // experts per layer (expert_count); must equal Traits::n_experts
+  int n_experts_used = 0;                   // experts per token (expert_used_count); must equal Traits::n_experts_used
+  const float* x = nullptr;                 // [n_tokens, n_embd], row-major, 16-byte aligned
+  const WeightT* w_router = nullptr;        // [n_experts, n_embd], row-major (GGUF ne = [n_embd, n_experts])
+  const WeightT* maybe_w_shexp = nullptr;   // [n_embd], or null when the layer has no shared expert
+  int32_t* ids = nullptr;                   // [n_tokens, n_experts_used]
+  float* weights = nullptr;                 // [n_tokens, n_experts_used]
+  int32_t* maybe_k_used = nullptr;          // [n_tokens]; required when route.adaptive
+  float* maybe_shexp_gate = nullptr;        // [n_tokens]; required when maybe_w_shexp is set
+  uint64_t* maybe_expert_counts = nullptr;  // [n_experts] histogram this launch adds to (expert_load::counts)
+  router_workspace_view workspace;
+  ops::route_options route;
+};
+
+template <class Traits, class WeightT, class Policy = kernels::router_policy<>>
+using router_kernel_for = kernels::router_kernel<Traits, WeightT, Policy>;
+
+namespace detail {
+inline status bad_router_arg(const std::string& what) {
+  return error(status_code::invalid_argument, "launch::router: " + what);
+}
+inline bool aligned_16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+}  // namespace detail
+
+// Checks args against the traits and the kernel's limits; the message names the bad value.
+template <kernels::router_traits Traits, class WeightT, class Policy = kernels::router_policy<>>
+status validate(const router_args<WeightT>& a) {
+  using detail::bad_router_arg;
+  const auto str = [](auto v) { return std::to_string(v); };
+  constexpr int v = ops::dense_row<WeightT>::elems_per_load;
+  if (a.n_experts < 1 || a.n_experts > ops::router_max_experts)
+    return bad_router_arg("n_experts = " + str(a.n_experts) + " is outside 1.." + str(ops::router_max_experts));
+  if (a.n_experts_used < 1 || a.n_experts_used > ops::router_max_k)
+    return bad_router_arg("n_experts_used (k) = " + str(a.n_experts_used) + " is outside 1.." + str(ops::router_max_k));
+  if (a.n_experts_used > a.n_experts)
+    return bad_router_arg("n_experts_used (k) = " + str(a.n_experts_used) + " exceeds n_experts = " + str(a.n_experts));
+  if (a.n_experts != Traits::n_experts || a.n_experts_used != Traits::n_experts_used)
+    return bad_router_arg("n_experts = " + str(a.n_experts) + ", n_experts_used = " + str(a.n_experts_used) +
+                          " do not match the traits (" + str(Traits::n_experts) + ", " + str(Traits::n_experts_used) +
+                          ")");
+  if constexpr (requires { Traits::n_embd; }) {
+    if (a.n_embd != Traits::n_embd)
+      return bad_router_arg("n_embd = " + str(a.n_embd) + " does not match the traits (" + str(Traits::n_embd) + ")");
+  }
+  if (a.n_embd < 1 || a.n_embd % v != 0 || a.n_embd % 4 != 0)
+    return bad_router_arg("n_embd = " + str(a.n_embd) + " is not a positive multiple of the vector width " +
+                          str(v < 4 ? 4 : v));
+  if (a.n_tokens < 0) return bad_router_arg("n_tokens = " + str(a.n_tokens) + " is negative");
+  if (a.n_tokens == 0) return status::success();
+  if (!a.x) return bad_router_arg("x is null");
+  if (!a.w_router) return bad_router_arg("w_router is null");
+  if (!a.ids) return bad_router_arg("ids is null");
+  if (!a.weights) return bad_router_arg("weights is null");
+  if (a.maybe_w_shexp && !a.maybe_shexp_gate)
+    return bad_router_arg("maybe_shexp_gate is null but maybe_w_shexp is set");
+  if (!detail::aligned_16(a.x) || !detail::aligned_16(a.w_router) || !detail::aligned_16(a.maybe_w_shexp))
+    return bad_router_arg("x, w_router and maybe_w_shexp must be 16-byte aligned");
+  if (!a.workspace.logits || !a.workspace.tile_counters) return bad_router_arg("workspace is not allocated");
+  if (a.workspace.max_tokens < a.n_tokens || a.workspace.n_experts < a.n_experts)
+    return bad_router_arg("workspace holds " + str(a.workspace.max_tokens) + " tokens x " + str(a.workspace.n_experts) +
+                          " experts, the call needs " + str(a.n_tokens) + " x " + str(a.n_experts));
+  if (a.route.adaptive) {
+    if (a.route.score != ops::router_score::softmax)
+      return bad_router_arg("adaptive top-k needs softmax scoring (its entropy is over the softmax)");
+    if (!a.maybe_k_used) return bad_router_arg("maybe_k_used is null but route.adaptive is set");
+    for (int kv : a.route.adaptive_k.k_values)
+      if (kv < 1 || kv > a.n_experts_used)
+        return bad_router_arg("adaptive k value " + str(kv) +
+                              " is outside 1..n_experts_used = " + str(a.n_experts_used));
+    const float* t = a.route.adaptive_k.entropy_below;
+    if (!(t[0] <= t[1])) return bad_router_arg("adaptive entropy thresholds must be ascending");
+  }
+  return status::success();
+}
+
+// Routes a.n_tokens tokens in one launch (none for 0 tokens). Asynchronous on cuda.
+template <kernels::router_traits Traits, class WeightT, class Policy = kernels::router_policy<>>
+status router(const router_args<WeightT>& a, stream_t stream = nullptr) {
+  Q35_TRY((validate<Traits, WeightT, Policy>(a)));
+  if (a.n_tokens == 0) return status::success();
+  using kernel = router_kernel_for<Traits, WeightT, Policy>;
+  const typename kernel::params p{a.x,
+                                  a.w_router,
+                                  a.maybe_w_shexp,
+                                  a.ids,
+                                  a.weights,
+                                  a.maybe_k_used,
+                                  a.maybe_shexp_gate,
+                                  a.maybe_expert_counts,
+                                  a.workspace.logits,
+                                  a.workspace.tile_counters,
+                                  a.n_tokens,
+                                  a.n_embd,
+                                  a.route};
+  return launch<kernel>(p, stream);
+}
+
+}  // namespace q35::launch

@@ -1,0 +1,88 @@
+// Expert load statistics: per-layer device histograms the router adds to across launches, read,
+// summarised and reset from the host, against a host count of the returned ids.
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "ops/router_fixture.hpp"
+#include "q35/launch/expert_load.hpp"
+#include "q35/launch/router.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using namespace q35;
+
+TEST_CASE("expert_load: summary of a host histogram") {
+  const std::vector<uint64_t> c = {5, 2, 9, 2, 7};
+  const auto s = launch::summarize(c);
+  CHECK(s.total == 25);
+  CHECK(s.least_used == 1);  // 2 selections, lower index of the tie
+  CHECK(s.least_count == 2);
+  CHECK(s.most_used == 2);
+  CHECK(s.most_count == 9);
+  CHECK(s.mean == doctest::Approx(5.0));
+  // population variance: (0 + 9 + 16 + 9 + 4) / 5 = 7.6
+  CHECK(s.stddev == doctest::Approx(std::sqrt(7.6)));
+  CHECK(launch::summarize({}).least_used == -1);
+}
+
+// Routes `c` with the histogram of `layer`, returns the ids.
+template <class Traits>
+std::vector<int32_t> route_counted(const test::router_case& c, launch::expert_load& load, int layer) {
+  auto d_x = test::to_device(c.x);
+  auto d_w = test::to_device(c.w);
+  auto ids = test::poisoned<int32_t>(size_t(c.n_tokens) * size_t(c.k));
+  auto w = test::poisoned<float>(size_t(c.n_tokens) * size_t(c.k));
+  auto k_used = test::poisoned<int32_t>(size_t(c.n_tokens));
+  launch::router_workspace ws;
+  Q35_REQUIRE_OK(ws.allocate(c.n_tokens, c.n_experts));
+  launch::router_args<float> a;
+  a.n_tokens = c.n_tokens, a.n_embd = c.n_embd, a.n_experts = c.n_experts, a.n_experts_used = c.k;
+  a.x = d_x.data(), a.w_router = d_w.data(), a.ids = ids.data(), a.weights = w.data();
+  a.maybe_k_used = k_used.data();
+  a.maybe_expert_counts = load.counts(layer);
+  a.workspace = ws.view();
+  a.route = c.route;
+  Q35_REQUIRE_OK(launch::router<Traits>(a));
+  return test::to_host(ids);
+}
+
+TEST_CASE("expert_load: the histogram accumulates across launches, per layer, and resets" * test::needs_device()) {
+  using T = test::router_traits<60, 4>;
+  launch::expert_load load;
+  Q35_REQUIRE_OK(load.allocate(3, 60));
+  std::vector<uint64_t> want(60, 0);
+  auto count = [&](const std::vector<int32_t>& ids) {
+    for (int32_t id : ids)
+      if (id >= 0) ++want[size_t(id)];
+  };
+  test::for_each_order([&] {
+    count(route_counted<T>(test::make_case(37, 32, 60, 4, 11, true, false), load, 1));
+    count(route_counted<T>(test::make_case(5, 32, 60, 4, 12, false, false), load, 1));
+    auto adaptive = test::make_case(9, 32, 60, 4, 13, true, false);
+    adaptive.route.adaptive = true;  // fewer selections per token: only those are counted
+    count(route_counted<T>(adaptive, load, 1));
+  });
+  std::vector<uint64_t> got, other;
+  Q35_REQUIRE_OK(load.read(1, got));
+  CHECK(got == want);
+  Q35_REQUIRE_OK(load.read(0, other));
+  CHECK(other == std::vector<uint64_t>(60, 0));  // layer 0 untouched
+  Q35_REQUIRE_OK(load.read(2, other));
+  CHECK(other == std::vector<uint64_t>(60, 0));
+
+  launch::expert_load_summary s;
+  Q35_REQUIRE_OK(load.summary(1, s));
+  const auto ref = launch::summarize(want);
+  CHECK(s.total == ref.total);
+  CHECK(s.least_used == ref.least_used);
+  CHECK(s.stddev == ref.stddev);
+
+  Q35_REQUIRE_OK(load.reset(1));
+  Q35_REQUIRE_OK(load.read(1, got));
+  CHECK(got == std::vector<uint64_t>(60, 0));
+  CHECK_FALSE(load.read(3, got).ok());
+}
+
+}  // namespace
