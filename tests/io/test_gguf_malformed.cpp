@@ -161,7 +161,8 @@ TEST_CASE("gguf malformed: truncated at every field boundary, each with its erro
   };
   REQUIRE(b.marks.size() == expected.size());
   for (size_t i = 0; i < b.marks.size(); ++i) {
-    const auto& [offset, what] = b.marks[i];
+    const size_t offset = b.marks[i].first;
+    const std::string& what = b.marks[i].second;
     CAPTURE(what);
     CAPTURE(offset);
     const std::string msg = parse_error(std::string_view(b.bytes).substr(0, offset));
