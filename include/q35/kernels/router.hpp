@@ -34,12 +34,14 @@ concept router_traits = requires {
     (T::n_experts_used <= ops::router_max_k) && (T::n_experts_used <= T::n_experts);
 
 // How the router runs. Not tuned on a GPU yet: 4 warps, one row per warp and 4 tokens per block
-// give 65 blocks for E = 256 at batch 1 and keep x of a token tile (4 x 8 KB at n_embd 2048) in L1.
-template <int Threads = 128, int TokensPerBlock = 4, int RowsPerBlock = 4>
+// give 65 blocks for E = 256 at batch 1 and keep x of a token tile (4 x 8 KB at n_embd 2048) in L1;
+// 4 weight loads in flight per lane.
+template <int Threads = 128, int TokensPerBlock = 4, int RowsPerBlock = 4, int Unroll = 4>
 struct router_policy {
   static constexpr int threads = Threads;
   static constexpr int tokens_per_block = TokensPerBlock;
   static constexpr int rows_per_block = RowsPerBlock;
+  static constexpr int unroll = Unroll;
   static_assert(Threads % warp_size == 0 && RowsPerBlock % (Threads / warp_size) == 0,
                 "rows_per_block: a multiple of the warps per block");
   static_assert(TokensPerBlock <= Threads / warp_size, "one warp per token of a tile in the routing phase");
@@ -95,7 +97,7 @@ struct router_kernel {
       if (row >= n_rows(p)) break;  // warp-uniform
       const WeightT* w = row < n_experts ? p.w_router + int64_t(row) * p.n_embd : p.maybe_w_shexp;
       float dot[tokens_per_block];
-      ops::warp_dot_tokens<tokens_per_block>(w, p.x + t0 * p.n_embd, p.n_embd, n_here, dot);
+      ops::warp_dot_tokens<tokens_per_block, Policy::unroll>(w, p.x + t0 * p.n_embd, p.n_embd, n_here, dot);
       Q35_UNROLL
       for (int t = 0; t < tokens_per_block; ++t)
         if (t < n_here && lane == t) p.logits[(t0 + t) * logits_stride + row] = dot[t];
