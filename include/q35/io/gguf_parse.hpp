@@ -74,7 +74,9 @@ inline void skip_array(byte_cursor& c, gguf_type t, uint64_t count, std::string_
 }
 
 inline void parse_kvs(byte_cursor& c, uint64_t n_kv, parsed_gguf& g) {
-  g.kvs.reserve(size_t(n_kv));  // n_kv was bounded by the file size
+  // Reserve at most a few pages up front: a count that fits the file is still only a claim, and
+  // memory should grow with the entries actually read.
+  g.kvs.reserve(size_t(std::min<uint64_t>(n_kv, 1024)));
   for (uint64_t i = 0; i < n_kv; ++i) {
     gguf_kv kv;
     kv.key = c.read_string("key of metadata entry " + std::to_string(i));
@@ -199,10 +201,11 @@ inline parsed_gguf parse_gguf(const uint8_t* data, uint64_t size, const std::str
   parse_kvs(c, n_kv, g);
   read_alignment(c, g);
   check_count(c, n_tensors, gguf_min_tensor_info_bytes, "tensor count", {});
-  g.tensors.reserve(size_t(n_tensors));
-  for (uint64_t i = 0; i < n_tensors; ++i) {
-    g.tensors.push_back(parse_tensor_info(c, i));
-    const tensor_info& t = g.tensors.back();
+  g.tensors.reserve(size_t(std::min<uint64_t>(n_tensors, 1024)));
+  for (uint64_t i = 0; i < n_tensors; ++i) g.tensors.push_back(parse_tensor_info(c, i));
+  // Index after the vector stops growing: the keys view the names stored in it.
+  for (size_t i = 0; i < g.tensors.size(); ++i) {
+    const tensor_info& t = g.tensors[i];
     if (const auto [it, fresh] = g.tensor_index.emplace(t.name, i); !fresh) {
       (void)fresh;
       c.fail("duplicate tensor name '" + byte_cursor::printable(t.name) + "' (tensor infos " +
