@@ -30,6 +30,7 @@ class bpe_merges {
   }
 
   size_t size() const { return table_.size(); }
+  void reserve(size_t n) { table_.reserve(n); }
 
   // symbols: the token ids of a word, one per byte on entry; the merged ids on return.
   void apply(std::vector<int32_t>& symbols) const {

@@ -53,6 +53,7 @@ class tokenizer {
     check_special("eos", ids_.eos);
     check_special("pad", ids_.pad);
     pieces_.resize(texts_.size());
+    by_text_.reserve(texts_.size());
     std::vector<special_token_splitter::entry> specials;
     for (size_t i = 0; i < texts_.size(); ++i) {
       const auto id = int32_t(i);
@@ -82,6 +83,7 @@ class tokenizer {
       const auto it = by_text_.find(bytes_to_mapped(std::string(1, char(b))));
       byte_token_[size_t(b)] = it == by_text_.end() ? -1 : it->second;
     }
+    merges_.reserve(merges.size());
     for (size_t rank = 0; rank < merges.size(); ++rank) add_merge(merges[rank], int32_t(rank));
     for (const char* eog : {"<|endoftext|>", "<|im_end|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"})
       if (const auto id = find(eog)) eog_.push_back(*id);
@@ -145,7 +147,7 @@ class tokenizer {
   token_type type(int32_t id) const { return types_[checked(id)]; }
   // The id whose stored text is exactly `text`, if any.
   std::optional<int32_t> find(std::string_view text) const {
-    const auto it = by_text_.find(std::string(text));
+    const auto it = by_text_.find(text);
     return it == by_text_.end() ? std::nullopt : std::optional<int32_t>(it->second);
   }
   // End of generation: the eos id and the end-of-text / turn / FIM tokens llama.cpp stops on (spec §3.5).
@@ -226,11 +228,13 @@ class tokenizer {
     };
     const size_t space = merge.find(' ', 1);
     if (space == std::string::npos) fail("not a 'left right' pair");
-    const std::string left = merge.substr(0, space), right = merge.substr(space + 1);
-    const auto l = find(left), r = find(right), m = find(left + right);
-    if (!l) fail("'" + left + "' is not in the vocabulary");
-    if (!r) fail("'" + right + "' is not in the vocabulary");
-    if (!m) fail("the merged token '" + left + right + "' is not in the vocabulary");
+    const std::string_view left = std::string_view(merge).substr(0, space);
+    const std::string_view right = std::string_view(merge).substr(space + 1);
+    merged_buf_.assign(left).append(right);
+    const auto l = find(left), r = find(right), m = find(merged_buf_);
+    if (!l) fail("'" + std::string(left) + "' is not in the vocabulary");
+    if (!r) fail("'" + std::string(right) + "' is not in the vocabulary");
+    if (!m) fail("the merged token '" + merged_buf_ + "' is not in the vocabulary");
     merges_.add(*l, *r, *m, rank);
   }
 
@@ -242,7 +246,13 @@ class tokenizer {
   std::vector<std::string> texts_;
   std::vector<token_type> types_;
   std::vector<std::string> pieces_;  // decoded bytes of each normal token
-  std::unordered_map<std::string, int32_t> by_text_;
+  // token text -> id; looked up with string_views, without building strings
+  struct text_hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, int32_t, text_hash, std::equal_to<>> by_text_;
+  std::string merged_buf_;                 // scratch for add_merge
   std::array<int32_t, 256> byte_token_{};  // id of each single-byte token, -1 if missing
   bpe_merges merges_;
   special_token_splitter specials_;
