@@ -102,13 +102,14 @@ std::string usage(const std::string& program) {
          " -m FILE COMMAND\n"
          "\n"
          "commands:\n"
-         "  --info                 architecture, hyper-parameters, tensors by type, memory for weights + state\n"
+         "  --info                 architecture, matched model, hyper-parameters, tensors by type, memory\n"
+         "                         for weights + state at -c tokens, tokenizer\n"
          "  --tokenize TEXT        token ids of TEXT (special tokens such as <|im_start|> parsed), one line\n"
          "  --detokenize \"ID ...\"  the text of space-separated token ids\n"
          "\n"
          "options:\n"
          "  -m, --model FILE       a qwen35 / qwen35moe GGUF file\n"
-         "  -c, --ctx-size N       context size for the --info memory estimate (default 4096)\n"
+         "  -c, --ctx-size N       context size for the --info memory estimate (default: the model's)\n"
          "  -h, --help             this text\n";
 }
 

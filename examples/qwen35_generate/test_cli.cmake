@@ -68,7 +68,13 @@ if(Q35_CHECK STREQUAL "tokenize_refs")
 
   foreach(gguf tiny_dense_q4km tiny_moe_q4km tiny_interleaved_q4km)
     run(out err rc -m "${Q35_TEST_DATA_DIR}/${gguf}.gguf" --info -c 8192)
-    if(NOT rc EQUAL 0 OR NOT out MATCHES "architecture: +qwen35" OR NOT out MATCHES "tensors: +[1-9]")
+    if(NOT rc EQUAL 0
+       OR NOT out MATCHES "\narch: qwen35"
+       OR NOT out MATCHES "\nmodel: [^\n]+"
+       OR NOT out MATCHES "\ntensors: [1-9]"
+       OR NOT out MATCHES "\ncontext: 8192 tokens"
+       OR NOT out MATCHES "\ntotal \\(weights \\+ state\\): "
+       OR NOT out MATCHES "\ntokenizer: gpt2 / qwen35, 512 tokens")
       fail("--info on ${gguf}: rc=${rc} stdout '${out}' stderr '${err}'")
     endif()
   endforeach()
