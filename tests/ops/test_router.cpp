@@ -22,7 +22,7 @@ using traits = test::router_traits<E, K>;
 
 // Dyadic inputs: the kernel's logits are exact, so ids (ties included) must match the float64
 // reference exactly and weights to a few ulp.
-template <class Traits, class WeightT = float>
+template <class Traits, class WeightT = float, class Policy = kernels::router_policy<>>
 void check_exact(int64_t n_tokens, int n_embd, uint64_t seed, bool shexp, ops::route_options route = {}) {
   CAPTURE(Traits::n_experts);
   CAPTURE(Traits::n_experts_used);
@@ -33,7 +33,7 @@ void check_exact(int64_t n_tokens, int n_embd, uint64_t seed, bool shexp, ops::r
   c.route = route;
   const auto logits = reference::router_logits(c.x, c.w, c.n_tokens, c.n_experts, c.n_embd);
   test::for_each_order([&] {
-    const auto o = test::run_router<Traits, WeightT>(c);
+    const auto o = test::run_router<Traits, WeightT, Policy>(c);
     for (int64_t t = 0; t < n_tokens; ++t)
       for (int e = 0; e < c.n_experts; ++e)
         REQUIRE(double(o.logits[size_t(t) * size_t(c.n_experts + 1) + size_t(e)]) ==
@@ -71,6 +71,14 @@ TEST_CASE("router: half and bf16 router weights" * test::needs_device()) {
   check_exact<traits<60, 4>, half>(6, 40, 900, true);
   check_exact<traits<256, 8>, bf16>(5, 256, 901, true);
   check_exact<traits<512, 16>, half>(3, 64, 902, false);
+}
+
+TEST_CASE("router: other policies (warps, tokens per block, rows per block, loads in flight)" * test::needs_device()) {
+  // 2 warps, 2 tokens and 2 rows per block, 1 load in flight
+  check_exact<traits<60, 4>, float, kernels::router_policy<64, 2, 2, 1>>(5, 96, 61, true);
+  // 8 warps, 8 tokens and 16 rows per block, 2 loads in flight; 19 tokens: 3 tiles, the last partial
+  check_exact<traits<256, 8>, float, kernels::router_policy<256, 8, 16, 2>>(19, 160, 62, true);
+  check_exact<traits<512, 16>, bf16, kernels::router_policy<256, 1, 8, 3>>(3, 200, 63, true);
 }
 
 TEST_CASE("router: sigmoid scoring, with and without renormalisation" * test::needs_device()) {

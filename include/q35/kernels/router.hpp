@@ -95,7 +95,7 @@ struct router_kernel {
     for (int i = 0; i < rows_per_block / n_warps; ++i) {
       const int row = chunk * rows_per_block + i * n_warps + warp;
       if (row >= n_rows(p)) break;  // warp-uniform
-      const WeightT* w = row < n_experts ? p.w_router + int64_t(row) * p.n_embd : p.maybe_w_shexp;
+      const WeightT* w = row < n_experts ? ops::weight_row<WeightT>::row(p.w_router, row, p.n_embd) : p.maybe_w_shexp;
       float dot[tokens_per_block];
       ops::warp_dot_tokens<tokens_per_block, Policy::unroll>(w, p.x + t0 * p.n_embd, p.n_embd, n_here, dot);
       Q35_UNROLL

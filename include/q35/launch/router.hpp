@@ -79,7 +79,7 @@ template <kernels::router_traits Traits, class WeightT, class Policy = kernels::
 status validate(const router_args<WeightT>& a) {
   using detail::bad_router_arg;
   const auto str = [](auto v) { return std::to_string(v); };
-  constexpr int v = ops::dense_row<WeightT>::elems_per_load;
+  constexpr int v = ops::weight_row<WeightT>::elems_per_load;
   if (a.n_experts < 1 || a.n_experts > ops::router_max_experts)
     return bad_router_arg("n_experts = " + str(a.n_experts) + " is outside 1.." + str(ops::router_max_experts));
   if (a.n_experts_used < 1 || a.n_experts_used > ops::router_max_k)

@@ -1,6 +1,6 @@
-// ops::dense_row<T>: reads a row of a dense weight matrix (F32, F16, BF16) as floats, one 16-byte
-// load at a time. A weight format plugs into the router GEMV by providing the same two members;
-// the block-quantized GGUF formats (quant/) will add their own.
+// ops::weight_row<T>: how a GEMV reads a row of a weight matrix stored as T, as floats. dense_row
+// serves F32, F16 and BF16 (one 16-byte load at a time); a block-quantized GGUF format plugs in by
+// specialising weight_row for its block type with the same three members (row, elems_per_load, load).
 #pragma once
 
 #include <bit>
@@ -21,6 +21,9 @@ struct dense_row {
   // Elements one load returns; row lengths must be a multiple of it.
   static constexpr int elems_per_load = elems_per_16_bytes<T>;
 
+  // Row r of a row-major [rows, n_cols] matrix.
+  static Q35_HOST_DEVICE const T* row(const T* base, int64_t r, int64_t n_cols) { return base + r * n_cols; }
+
   // out[i] = float(row[col + i]), i < elems_per_load; row + col 16-byte aligned. Weights are
   // streamed (read once per block), so the load does not allocate in L1.
   static Q35_DEVICE void load(const T* row, int64_t col, float (&out)[elems_per_load]) {
@@ -36,5 +39,9 @@ struct dense_row {
     }
   }
 };
+
+// The row reader of weights stored as T; quantized formats specialise it.
+template <class T>
+struct weight_row : dense_row<T> {};
 
 }  // namespace q35::ops

@@ -18,7 +18,7 @@ namespace q35::ops {
 // loads of one step are contiguous; Unroll steps are loaded before any is used, so each lane keeps
 // Unroll weight loads in flight (at batch 1 the GEMV is latency-bound without them). n_embd must
 // be a multiple of V (and of 4, for x), and w and x 16-byte aligned.
-template <int Tokens, int Unroll, class WeightT, class Row = dense_row<WeightT>>
+template <int Tokens, int Unroll, class WeightT, class Row = weight_row<WeightT>>
 Q35_DEVICE void warp_dot_tokens(const WeightT* w,  // [n_embd]
                                 const float* x,    // [n_tokens, n_embd], row-major
                                 int n_embd, int n_tokens, float (&dot)[Tokens]) {
