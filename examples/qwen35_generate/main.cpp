@@ -49,5 +49,8 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {  // gguf_error, tokenizer_error, I/O: one clear line
     std::cerr << program << ": error: " << one_line(e.what()) << '\n';
     return cli::failure_exit_code;
+  } catch (...) {
+    std::cerr << program << ": error: unknown exception\n";
+    return cli::failure_exit_code;
   }
 }

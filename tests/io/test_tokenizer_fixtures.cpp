@@ -4,8 +4,11 @@
 // multilingual corpus in tests/data/tokenizer_corpus.json (made by scripts/make_tokenizer_corpus.py).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "io/ref_cases.hpp"
@@ -148,4 +151,50 @@ TEST_CASE("from_gguf: a file without tokenizer metadata is refused with the miss
        {"tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens", "tokenizer.ggml.merges"})
     CHECK_THROWS_WITH_AS(q35::io::tokenizer::from_gguf(without_key{file, key}), doctest::Contains(key),
                          q35::io::tokenizer_error);
+}
+
+TEST_CASE("random bytes and code points: decode(encode(x)) == x with invalid bytes as U+FFFD") {
+  const auto& tok = fixture_tokenizer();
+  std::mt19937 rng(2024);
+  for (int trial = 0; trial < 300; ++trial) {
+    std::string text;
+    const size_t n = rng() % 64;
+    for (size_t i = 0; i < n; ++i) {
+      switch (rng() % 4) {
+        case 0:
+          text += char(rng() % 256);
+          break;  // any byte, often invalid UTF-8
+        case 1:
+          text += " \n\t\r'0a<|>"[rng() % 11];
+          break;    // separators, digits, special-token characters
+        default: {  // a valid code point from anywhere in Unicode
+          char32_t cp = char32_t(rng() % 0x110000);
+          if (cp >= 0xD800 && cp < 0xE000) cp = U'\u00e9';
+          q35::io::append_utf8(text, cp);
+        }
+      }
+    }
+    CAPTURE(trial);
+    for (bool parse_special : {true, false}) {
+      const auto ids = tok.encode(text, parse_special);
+      CHECK(tok.decode(ids) == q35::io::sanitize_utf8(text));
+    }
+  }
+}
+
+TEST_CASE("one tokenizer encodes from several threads at once with the same results") {
+  const auto& tok = fixture_tokenizer();
+  const auto& corpus = q35::test::multilingual_corpus();
+  std::vector<std::vector<int32_t>> expected;
+  for (const auto& text : corpus) expected.push_back(tok.encode(text));
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int rep = 0; rep < 20; ++rep)
+        for (size_t i = 0; i < corpus.size(); ++i)
+          if (tok.encode(corpus[i]) != expected[i]) ++mismatches[size_t(t)];
+    });
+  for (auto& th : threads) th.join();
+  CHECK(mismatches == std::vector<int>(4, 0));
 }
