@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
@@ -135,22 +136,87 @@ TEST_CASE("fixture vocabulary: special-token parsing on and off") {
   CHECK(tok.encode("<think>", false) == std::vector<int32_t>{510});
 }
 
-TEST_CASE("from_gguf: a file without tokenizer metadata is refused with the missing key") {
-  const std::string path = data_dir + "/tiny_dense_q4km.gguf";
-  const auto file = q35::io::gguf_file::open(path);
-  struct without_key {
-    const q35::io::gguf_file& f;
-    std::string missing;
-    bool has(std::string_view k) const { return k != missing && f.has(k); }
-    std::string get_string(std::string_view k) const { return f.get_string(k); }
-    uint64_t get_uint(std::string_view k) const { return f.get_uint(k); }
-    std::vector<std::string_view> get_string_array(std::string_view k) const { return f.get_string_array(k); }
-    std::vector<int64_t> get_int_array(std::string_view k) const { return f.get_int_array(k); }
+// The fixture's tokenizer metadata, editable: from_gguf takes any type with gguf_file's accessors.
+struct editable_metadata {
+  std::map<std::string, std::string, std::less<>> strings;
+  std::map<std::string, uint64_t, std::less<>> uints;
+  std::map<std::string, std::vector<std::string>, std::less<>> string_arrays;
+  std::map<std::string, std::vector<int64_t>, std::less<>> int_arrays;
+
+  static editable_metadata from_fixture() {
+    const auto f = q35::io::gguf_file::open(data_dir + "/tiny_dense_q4km.gguf");
+    editable_metadata m;
+    for (const char* k : {"tokenizer.ggml.model", "tokenizer.ggml.pre"}) m.strings[k] = f.get_string(k);
+    for (const char* k : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.bos_token_id"}) m.uints[k] = f.get_uint(k);
+    for (const char* k : {"tokenizer.ggml.tokens", "tokenizer.ggml.merges"})
+      for (auto v : f.get_string_array(k)) m.string_arrays[k].emplace_back(v);
+    m.int_arrays["tokenizer.ggml.token_type"] = f.get_int_array("tokenizer.ggml.token_type");
+    return m;
+  }
+  void erase(std::string_view k) {
+    if (auto it = strings.find(k); it != strings.end()) strings.erase(it);
+    if (auto it = uints.find(k); it != uints.end()) uints.erase(it);
+    if (auto it = string_arrays.find(k); it != string_arrays.end()) string_arrays.erase(it);
+    if (auto it = int_arrays.find(k); it != int_arrays.end()) int_arrays.erase(it);
+  }
+  bool has(std::string_view k) const {
+    return strings.count(k) || uints.count(k) || string_arrays.count(k) || int_arrays.count(k);
+  }
+  std::string get_string(std::string_view k) const { return strings.find(k)->second; }
+  uint64_t get_uint(std::string_view k) const { return uints.find(k)->second; }
+  std::vector<std::string_view> get_string_array(std::string_view k) const {
+    const auto& v = string_arrays.find(k)->second;
+    return {v.begin(), v.end()};
+  }
+  std::vector<int64_t> get_int_array(std::string_view k) const { return int_arrays.find(k)->second; }
+};
+
+TEST_CASE("from_gguf: the unmodified metadata gives the fixture tokenizer") {
+  const auto tok = q35::io::tokenizer::from_gguf(editable_metadata::from_fixture());
+  CHECK(tok.n_vocab() == 512);
+  CHECK(tok.encode("The quick brown fox") == fixture_tokenizer().encode("The quick brown fox"));
+}
+
+TEST_CASE("from_gguf: missing or unusable tokenizer metadata is refused with the key at fault") {
+  const auto refused = [](const editable_metadata& m, const std::string& why) {
+    CHECK_THROWS_WITH_AS(q35::io::tokenizer::from_gguf(m), doctest::Contains(why.c_str()), q35::io::tokenizer_error);
   };
   for (const char* key :
-       {"tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens", "tokenizer.ggml.merges"})
-    CHECK_THROWS_WITH_AS(q35::io::tokenizer::from_gguf(without_key{file, key}), doctest::Contains(key),
-                         q35::io::tokenizer_error);
+       {"tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens", "tokenizer.ggml.merges"}) {
+    CAPTURE(key);
+    auto m = editable_metadata::from_fixture();
+    m.erase(key);
+    refused(m, std::string("no '") + key + "'");
+  }
+  auto m = editable_metadata::from_fixture();
+  m.strings["tokenizer.ggml.model"] = "llama";
+  refused(m, "tokenizer.ggml.model is 'llama', but only 'gpt2'");
+
+  m = editable_metadata::from_fixture();
+  m.strings["tokenizer.ggml.pre"] = "qwen2";
+  refused(m, "tokenizer.ggml.pre is 'qwen2', but only 'qwen35'");
+
+  m = editable_metadata::from_fixture();
+  m.int_arrays["tokenizer.ggml.token_type"][5] = 9;
+  refused(m, "tokenizer.ggml.token_type[5] = 9");
+
+  m = editable_metadata::from_fixture();
+  m.int_arrays["tokenizer.ggml.token_type"].pop_back();
+  refused(m, "token_type has 511 entries but the vocabulary has 512");
+
+  m = editable_metadata::from_fixture();
+  m.uints["tokenizer.ggml.eos_token_id"] = 512;
+  refused(m, "tokenizer.ggml.eos_token_id = 512 is outside the vocabulary of 512");
+
+  m = editable_metadata::from_fixture();
+  m.string_arrays["tokenizer.ggml.merges"][3] = "Ġ zzz";
+  refused(m, "merge 3 'Ġ zzz': 'zzz' is not in the vocabulary");
+
+  // Without token types every token is normal (llama.cpp's default): special texts become BPE text.
+  m = editable_metadata::from_fixture();
+  m.erase("tokenizer.ggml.token_type");
+  const auto plain = q35::io::tokenizer::from_gguf(m);
+  CHECK(plain.encode("<|im_end|>").size() > 1);
 }
 
 TEST_CASE("random bytes and code points: decode(encode(x)) == x with invalid bytes as U+FFFD") {
