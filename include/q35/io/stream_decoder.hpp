@@ -13,6 +13,7 @@ namespace q35::io {
 
 class stream_decoder {
  public:
+  // `tok` must outlive the decoder.
   explicit stream_decoder(const tokenizer& tok, bool render_special = true)
       : tok_(&tok), render_special_(render_special) {}
 

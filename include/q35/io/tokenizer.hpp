@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -46,6 +47,9 @@ class tokenizer {
             special_ids ids = {})
       : texts_(std::move(tokens)), types_(std::move(types)), ids_(ids) {
     if (texts_.empty()) throw tokenizer_error("the vocabulary is empty");
+    if (texts_.size() > size_t(INT32_MAX))
+      throw tokenizer_error("the vocabulary has " + std::to_string(texts_.size()) +
+                            " tokens, more than int32 ids hold");
     if (types_.size() != texts_.size())
       throw tokenizer_error("token_type has " + std::to_string(types_.size()) + " entries but the vocabulary has " +
                             std::to_string(texts_.size()) + " tokens");
