@@ -1,0 +1,114 @@
+// Host API of the GEMV family: validate(args) -> status naming the problem, and
+// launch::gemv<Format>(args, stream) choosing the kernel instance for the epilogue, token count and
+// mode (plain or expert-indexed).
+//
+// Expert ids are device-resident (the router writes them on the GPU, and reading them back would
+// stall the decode step), so they cannot be checked before launch: a block whose id is out of
+// [0, n_experts) writes NaN to its pair's rows and sets *maybe_error_flag = 1 (required in expert
+// mode); the caller checks the flag when it next synchronizes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "q35/core/dispatch.hpp"
+#include "q35/core/status.hpp"
+#include "q35/kernels/gemv.hpp"
+#include "q35/launch/launch.hpp"
+#include "q35/ops/gemv_policy.hpp"
+
+namespace q35::launch {
+
+using kernels::gemv_epilogue;
+
+template <quant::weight_format Format>
+struct gemv_args {
+  const typename Format::block* w = nullptr;           // [rows][cols] (expert mode: [n_experts][rows][cols])
+  const typename Format::block* maybe_w_up = nullptr;  // swiglu: the up matrix, same shape as w (the gate)
+  const float* x = nullptr;  // [n_tokens][cols] (expert mode: [n_pairs / x_group_div][cols]), 16-byte aligned
+  float* y = nullptr;        // [n_tokens][rows] (expert mode: [n_pairs][rows])
+  int64_t rows = 0, cols = 0;
+  int n_tokens = 1;  // plain mode: 1..8 tokens share one pass over W
+  gemv_epilogue epilogue = gemv_epilogue::store;
+  // Expert mode, when maybe_expert_ids is set: pair p computes y[p] = W[ids[p]] x[p / x_group_div].
+  const int32_t* maybe_expert_ids = nullptr;  // [n_pairs], device memory
+  int n_pairs = 0;
+  int32_t n_experts = 0;
+  int x_group_div = 1;
+  int* maybe_error_flag = nullptr;  // device int, set to 1 on an out-of-range expert id
+};
+
+// Largest token count one plain GEMV pass serves.
+inline constexpr int gemv_max_tokens = 8;
+
+template <quant::weight_format Format>
+status validate(const gemv_args<Format>& a) {
+  const std::string what = std::string("gemv ") + Format::name + ": ";
+  auto bad = [&](const std::string& m) { return error(status_code::invalid_argument, what + m); };
+  if (a.rows < 0 || a.cols <= 0) return bad("rows must be >= 0 and cols > 0");
+  if (a.cols % Format::block_elems != 0 || a.cols % quant::unit_elems != 0)
+    return bad("cols = " + std::to_string(a.cols) + " is not a multiple of the block size " +
+               std::to_string(Format::block_elems > quant::unit_elems ? Format::block_elems : quant::unit_elems));
+  if (Format::row_bytes(a.cols) > INT32_MAX)
+    return bad("a row of " + std::to_string(a.cols) + " columns exceeds 2^31 bytes");
+  if (!a.w || !a.x || !a.y) return bad("null w, x or y");
+  if ((a.epilogue == gemv_epilogue::swiglu) != (a.maybe_w_up != nullptr))
+    return bad(a.maybe_w_up ? "maybe_w_up is given but the epilogue is not swiglu" : "swiglu needs maybe_w_up");
+  if (reinterpret_cast<uintptr_t>(a.x) % 16 != 0) return bad("x is not 16-byte aligned");
+  if (reinterpret_cast<uintptr_t>(a.w) % alignof(typename Format::block) != 0 ||
+      reinterpret_cast<uintptr_t>(a.maybe_w_up) % alignof(typename Format::block) != 0)
+    return bad("weights are not aligned to their block struct");
+  if (!a.maybe_expert_ids) {
+    if (a.n_tokens < 1 || a.n_tokens > gemv_max_tokens)
+      return bad("n_tokens = " + std::to_string(a.n_tokens) + " is outside 1.." + std::to_string(gemv_max_tokens) +
+                 " (use launch::gemm for prompts)");
+    return status::success();
+  }
+  if (a.n_pairs < 1 || a.n_pairs > 65535) return bad("n_pairs = " + std::to_string(a.n_pairs) + " is outside 1..65535");
+  if (a.n_experts < 1) return bad("n_experts must be >= 1");
+  if (a.x_group_div < 1) return bad("x_group_div must be >= 1");
+  if (!a.maybe_error_flag)
+    return bad("expert mode needs maybe_error_flag (device-resident ids are checked on the device)");
+  return status::success();
+}
+
+namespace detail {
+
+template <quant::weight_format Format, class Policy, int NTokens, gemv_epilogue Epilogue, bool Indexed>
+status run_gemv(const gemv_args<Format>& a, stream_t stream) {
+  using kernel = kernels::gemv_kernel<Format, Policy, NTokens, Epilogue, Indexed>;
+  const typename kernel::params p{a.w,
+                                  a.maybe_w_up,
+                                  a.x,
+                                  a.y,
+                                  a.rows,
+                                  a.cols,
+                                  Indexed ? 1 : a.n_tokens,
+                                  Indexed ? a.n_pairs : 1,
+                                  a.maybe_expert_ids,
+                                  a.n_experts,
+                                  a.x_group_div,
+                                  a.maybe_error_flag};
+  return launch<kernel>(p, stream);
+}
+
+}  // namespace detail
+
+// y = W x (or y += W x, or y = silu(W_gate x) * (W_up x)) for a.n_tokens tokens or, in expert mode,
+// for each (token, slot) pair with the expert its id names. Asynchronous on `stream`.
+template <quant::weight_format Format, class Policy = ops::gemv_policy<Format>>
+status gemv(const gemv_args<Format>& a, stream_t stream = nullptr) {
+  Q35_TRY(validate(a));
+  if (a.rows == 0) return status::success();
+  return dispatch<0, 1, 2>(int(a.epilogue), [&](auto e) -> status {
+    constexpr gemv_epilogue epilogue = gemv_epilogue(decltype(e)::value);
+    if (a.maybe_expert_ids) return detail::run_gemv<Format, Policy, 1, epilogue, true>(a, stream);
+    // Token counts run in the smallest instance that holds them: 1, 2, 4 or 8 accumulators per row.
+    const int bucket = a.n_tokens <= 1 ? 1 : a.n_tokens <= 2 ? 2 : a.n_tokens <= 4 ? 4 : 8;
+    return dispatch<1, 2, 4, 8>(bucket, [&](auto n) -> status {
+      return detail::run_gemv<Format, Policy, decltype(n)::value, epilogue, false>(a, stream);
+    });
+  });
+}
+
+}  // namespace q35::launch

@@ -1,0 +1,102 @@
+// Batched (prompt) path against float64 references: every format, token and row counts not a
+// multiple of the 32 x 64 tile, columns not a multiple of the 64-column K step, the epilogues.
+// Tolerance: each output is one sequential fp32 chain over all cols (depth cols + 1), Higham's
+// bound ref::fp32_dot_bound; swiglu/residual add the same terms as in test_gemv.cpp.
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "q35/launch/gemm.hpp"
+#include "reference/gemv_reference.hpp"
+#include "test_util.hpp"
+#include "weights.hpp"
+
+namespace {
+
+using namespace q35;
+using ops::epilogue;
+
+template <class F>
+void check_gemm(int64_t rows, int64_t cols, int64_t n_tokens, epilogue e, uint64_t seed) {
+  CAPTURE(F::name);
+  CAPTURE(rows);
+  CAPTURE(cols);
+  CAPTURE(n_tokens);
+  CAPTURE(int(e));
+  const auto wg = test::random_weights<F>(rows, cols, seed);
+  const auto wu = test::random_weights<F>(rows, cols, seed + 1);
+  const auto x = test::random_floats(size_t(n_tokens * cols), seed + 2);
+  const auto h0 = test::random_floats(size_t(n_tokens * rows), seed + 3, -4.0f, 4.0f);
+  const auto rg = ref::matvec(test::reference_weights<F>(wg, rows * cols), x.data(), rows, cols, int(n_tokens));
+  std::vector<ref::dot_result> ru;
+  if (e == epilogue::swiglu)
+    ru = ref::matvec(test::reference_weights<F>(wu, rows * cols), x.data(), rows, cols, int(n_tokens));
+  auto dwg = test::to_device(wg), dwu = test::to_device(wu);
+  auto dx = test::to_device(x);
+  test::for_each_order([&] {
+    auto dy = e == epilogue::residual ? test::to_device(h0) : test::poisoned<float>(size_t(n_tokens * rows));
+    launch::gemm_args<F> a;
+    a.w = reinterpret_cast<const typename F::block*>(dwg.data());
+    a.maybe_w_up = e == epilogue::swiglu ? reinterpret_cast<const typename F::block*>(dwu.data()) : nullptr;
+    a.x = dx.data();
+    a.y = dy.data();
+    a.rows = rows, a.cols = cols, a.n_tokens = n_tokens, a.epilogue = e;
+    Q35_REQUIRE_OK(launch::gemm(a));
+    const auto y = test::to_host(dy);
+    int64_t bad = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      const double eg = ref::fp32_dot_bound(rg[i], cols + 1);
+      double want = rg[i].value, tol = eg;
+      if (e == epilogue::residual) {
+        want = double(h0[i]) + rg[i].value;
+        tol = eg + std::ldexp(std::fabs(want), -24);
+      } else if (e == epilogue::swiglu) {
+        const double ga = rg[i].value, b = ru[i].value, eu = ref::fp32_dot_bound(ru[i], cols + 1);
+        want = ref::silu(ga) * b;
+        tol = 1.1 * eg * (std::fabs(b) + eu) + std::fabs(ref::silu(ga)) * eu + 16 * std::ldexp(std::fabs(want), -24);
+      }
+      bad += !(std::fabs(double(y[i]) - want) <= tol + 1e-30);
+    }
+    CHECK(bad == 0);
+  });
+}
+
+template <class F>
+constexpr int64_t min_cols = F::block_elems > quant::unit_elems ? F::block_elems : quant::unit_elems;
+
+TEST_CASE_TEMPLATE("gemm: odd tiles, every format and epilogue" * test::needs_device(), F, quant::f32_format,
+                   quant::f16_format, quant::bf16_format, quant::q8_0_format, quant::q4_0_format, quant::q4_k_format,
+                   quant::q5_k_format, quant::q6_k_format) {
+  check_gemm<F>(70, min_cols<F>, 33, epilogue::store, 71);  // 2 x 2 tiles, both partial
+  check_gemm<F>(64, 3 * min_cols<F>, 1, epilogue::residual, 72);
+  check_gemm<F>(13, 2 * min_cols<F>, 40, epilogue::swiglu, 73);
+}
+
+TEST_CASE("gemm: Qwen3.5 hidden size 4096 as K, 37 prompt tokens" * test::needs_device()) {
+  check_gemm<quant::q4_k_format>(200, 4096, 37, epilogue::store, 81);
+  check_gemm<quant::q8_0_format>(96, 4096, 65, epilogue::swiglu, 82);
+}
+
+TEST_CASE("gemm: empty batch and validation") {
+  launch::gemm_args<quant::q8_0_format> a;
+  alignas(16) static float x[64];
+  static float y[4];
+  static quant::block_q8_0 w[2];
+  a.w = w, a.x = x, a.y = y, a.rows = 1, a.cols = 64, a.n_tokens = 0;
+  CHECK(launch::validate(a).ok());
+  a.cols = 48;
+  CHECK(launch::validate(a).message().find("cols = 48 is not a multiple of the block size 32") != std::string::npos);
+}
+
+TEST_CASE("gemm: zero tokens launches nothing" * test::needs_device()) {
+  auto w = test::to_device(test::random_weights<quant::q8_0_format>(4, 64, 1));
+  auto x = test::to_device(std::vector<float>(64, 1.0f));
+  auto y = test::poisoned<float>(4);
+  launch::gemm_args<quant::q8_0_format> a;
+  a.w = reinterpret_cast<const quant::block_q8_0*>(w.data()), a.x = x.data(), a.y = y.data();
+  a.rows = 4, a.cols = 64, a.n_tokens = 0;
+  Q35_REQUIRE_OK(launch::gemm(a));
+  for (float v : test::to_host(y)) CHECK(std::isnan(v));  // untouched
+}
+
+}  // namespace

@@ -1,0 +1,118 @@
+// GEMV family against float64 host references: every format, 1-8 tokens, odd and real Qwen3.5
+// shapes, the residual and SwiGLU epilogues, expert-indexed runs with repeated and out-of-range ids.
+//
+// Tolerance: the kernel's weights are bit-exact (tests/quant), so the only error is fp32
+// accumulation. Each lane sums about cols/32 rounded products in order and a 5-level warp tree adds
+// the lanes, so the chain depth is <= cols/32 + 8 (a segment boundary resumes the same chain);
+// Higham's bound (depth + 1) * 2^-24 * sum|w x| (ref::fp32_dot_bound) holds for every output.
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "q35/launch/gemv.hpp"
+#include "reference/gemv_reference.hpp"
+#include "test_util.hpp"
+#include "weights.hpp"
+
+namespace {
+
+using namespace q35;
+using launch::gemv_epilogue;
+
+int64_t chain_depth(int64_t cols) { return cols / warp_size + 8; }
+
+// Minimum columns GEMV accepts for a format: one block, or one 16-element unit of a plain type.
+template <class F>
+constexpr int64_t min_cols = F::block_elems > quant::unit_elems ? F::block_elems : quant::unit_elems;
+
+// Runs one plain GEMV with epilogue `e` and compares every output with the float64 reference.
+template <class F>
+void check_gemv(int64_t rows, int64_t cols, int n_tokens, gemv_epilogue e, uint64_t seed) {
+  CAPTURE(F::name);
+  CAPTURE(rows);
+  CAPTURE(cols);
+  CAPTURE(n_tokens);
+  CAPTURE(int(e));
+  const auto wg = test::random_weights<F>(rows, cols, seed);
+  const auto wu = test::random_weights<F>(rows, cols, seed + 1);
+  const auto x = test::random_floats(size_t(n_tokens * cols), seed + 2);
+  const auto h0 = test::random_floats(size_t(n_tokens * rows), seed + 3, -4.0f, 4.0f);
+  const auto rg = ref::matvec(test::reference_weights<F>(wg, rows * cols), x.data(), rows, cols, n_tokens);
+  std::vector<ref::dot_result> ru;
+  if (e == gemv_epilogue::swiglu)
+    ru = ref::matvec(test::reference_weights<F>(wu, rows * cols), x.data(), rows, cols, n_tokens);
+
+  auto dwg = test::to_device(wg), dwu = test::to_device(wu);
+  auto dx = test::to_device(x);
+  test::for_each_order([&] {
+    auto dy = e == gemv_epilogue::residual ? test::to_device(h0) : test::poisoned<float>(size_t(n_tokens * rows));
+    launch::gemv_args<F> a;
+    a.w = reinterpret_cast<const typename F::block*>(dwg.data());
+    a.maybe_w_up = e == gemv_epilogue::swiglu ? reinterpret_cast<const typename F::block*>(dwu.data()) : nullptr;
+    a.x = dx.data();
+    a.y = dy.data();
+    a.rows = rows;
+    a.cols = cols;
+    a.n_tokens = n_tokens;
+    a.epilogue = e;
+    Q35_REQUIRE_OK(launch::gemv(a));
+    const auto y = test::to_host(dy);
+    int64_t bad = 0, first = -1;
+    for (size_t i = 0; i < y.size(); ++i) {
+      const double eg = ref::fp32_dot_bound(rg[i], chain_depth(cols));
+      double want = rg[i].value, tol = eg;
+      if (e == gemv_epilogue::residual) {
+        // h + W x: the dot's error plus one rounding of the sum
+        want = double(h0[i]) + rg[i].value;
+        tol = eg + std::ldexp(std::fabs(want), -24);
+      } else if (e == gemv_epilogue::swiglu) {
+        // silu(a) * b: |silu'| <= 1.1 carries a's error, |silu(a)| scales b's; plus the float
+        // rounding of silu (fast exp, a few ulp) and of the product
+        const double ga = rg[i].value, b = ru[i].value, eu = ref::fp32_dot_bound(ru[i], chain_depth(cols));
+        want = ref::silu(ga) * b;
+        tol = 1.1 * eg * (std::fabs(b) + eu) + std::fabs(ref::silu(ga)) * eu + 16 * std::ldexp(std::fabs(want), -24);
+      }
+      if (!(std::fabs(double(y[i]) - want) <= tol + 1e-30)) {
+        if (first < 0) first = int64_t(i);
+        ++bad;
+      }
+    }
+    if (first >= 0) INFO("first bad output " << first << ": got " << y[size_t(first)]);
+    CHECK(bad == 0);
+  });
+}
+
+#define Q35_ALL_FORMATS                                                                             \
+  quant::f32_format, quant::f16_format, quant::bf16_format, quant::q8_0_format, quant::q4_0_format, \
+      quant::q4_k_format, quant::q5_k_format, quant::q6_k_format
+
+TEST_CASE_TEMPLATE("gemv: odd shapes, 1-8 tokens, every format" * test::needs_device(), F, Q35_ALL_FORMATS) {
+  using K = kernels::gemv_kernel<F, ops::gemv_policy<F>, 1, gemv_epilogue::store, false>;
+  // rows not a multiple of the 8-row tile; columns at the minimum, and one segment plus a partial one
+  const int64_t two_segments = (K::seg_blocks + F::blocks_per_unit) * F::block_elems;
+  check_gemv<F>(13, min_cols<F>, 1, gemv_epilogue::store, 11);
+  check_gemv<F>(5, min_cols<F>, 8, gemv_epilogue::store, 12);
+  check_gemv<F>(37, two_segments, 3, gemv_epilogue::store, 13);
+  check_gemv<F>(9, 2 * min_cols<F>, 2, gemv_epilogue::store, 14);
+  check_gemv<F>(21, two_segments, 5, gemv_epilogue::store, 15);
+}
+
+TEST_CASE_TEMPLATE("gemv: residual epilogue h += W x" * test::needs_device(), F, Q35_ALL_FORMATS) {
+  check_gemv<F>(19, 3 * min_cols<F>, 1, gemv_epilogue::residual, 21);
+  check_gemv<F>(8, min_cols<F>, 4, gemv_epilogue::residual, 22);
+}
+
+TEST_CASE_TEMPLATE("gemv: fused gate+up SwiGLU epilogue" * test::needs_device(), F, Q35_ALL_FORMATS) {
+  check_gemv<F>(19, 3 * min_cols<F>, 1, gemv_epilogue::swiglu, 31);
+  check_gemv<F>(11, 2 * min_cols<F>, 7, gemv_epilogue::swiglu, 32);
+}
+
+// Real Qwen3.5-9B decode shapes, a few (the sim runs them in seconds each).
+TEST_CASE("gemv: Qwen3.5-9B shapes, 4096 -> 12288 gate/up and 12288 -> 4096 down" * test::needs_device()) {
+  check_gemv<quant::q4_k_format>(12288, 4096, 1, gemv_epilogue::swiglu, 41);
+  check_gemv<quant::q6_k_format>(4096, 12288, 2, gemv_epilogue::residual, 42);
+  check_gemv<quant::q8_0_format>(8192, 4096, 1, gemv_epilogue::store, 43);
+}
+
+}  // namespace

@@ -1,0 +1,140 @@
+// Expert-indexed GEMV (the MoE case): pairs with repeated expert ids, shared activations across a
+// token's slots, out-of-range ids caught by the device-side guard; and the validation messages.
+// Tolerance: as in test_gemv.cpp (fp32 accumulation depth cols/32 + 8, Higham's bound).
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "q35/launch/gemv.hpp"
+#include "reference/gemv_reference.hpp"
+#include "test_util.hpp"
+#include "weights.hpp"
+
+namespace {
+
+using namespace q35;
+using launch::gemv_epilogue;
+
+template <class F>
+void check_experts(const std::vector<int32_t>& ids, int n_experts, int64_t rows, int64_t cols, int x_group_div,
+                   gemv_epilogue e, uint64_t seed) {
+  CAPTURE(F::name);
+  CAPTURE(int(e));
+  const int n_pairs = int(ids.size());
+  const int n_x = (n_pairs + x_group_div - 1) / x_group_div;
+  const auto wg = test::random_weights<F>(n_experts * rows, cols, seed);
+  const auto wu = test::random_weights<F>(n_experts * rows, cols, seed + 1);
+  const auto x = test::random_floats(size_t(n_x * cols), seed + 2);
+  const auto dg = test::reference_weights<F>(wg, n_experts * rows * cols);
+  const auto du = test::reference_weights<F>(wu, n_experts * rows * cols);
+  auto dwg = test::to_device(wg), dwu = test::to_device(wu);
+  auto dx = test::to_device(x);
+  auto dids = test::to_device(ids);
+  bool any_bad = false;
+  for (int32_t id : ids) any_bad |= id < 0 || id >= n_experts;
+
+  test::for_each_order([&] {
+    auto dy = test::poisoned<float>(size_t(n_pairs * rows));
+    auto flag = test::to_device(std::vector<int>{0});
+    launch::gemv_args<F> a;
+    a.w = reinterpret_cast<const typename F::block*>(dwg.data());
+    a.maybe_w_up = e == gemv_epilogue::swiglu ? reinterpret_cast<const typename F::block*>(dwu.data()) : nullptr;
+    a.x = dx.data();
+    a.y = dy.data();
+    a.rows = rows;
+    a.cols = cols;
+    a.epilogue = e;
+    a.maybe_expert_ids = dids.data();
+    a.n_pairs = n_pairs;
+    a.n_experts = n_experts;
+    a.x_group_div = x_group_div;
+    a.maybe_error_flag = flag.data();
+    Q35_REQUIRE_OK(launch::gemv(a));
+    const auto y = test::to_host(dy);
+    CHECK(test::to_host(flag)[0] == (any_bad ? 1 : 0));
+    int64_t bad = 0;
+    for (int p = 0; p < n_pairs; ++p) {
+      const int32_t id = ids[size_t(p)];
+      const float* yp = y.data() + p * rows;
+      if (id < 0 || id >= n_experts) {  // guarded pair: every row NaN
+        for (int64_t r = 0; r < rows; ++r) bad += !std::isnan(yp[r]);
+        continue;
+      }
+      const std::vector<float> we(dg.begin() + id * rows * cols, dg.begin() + (id + 1) * rows * cols);
+      const std::vector<float> wue(du.begin() + id * rows * cols, du.begin() + (id + 1) * rows * cols);
+      const float* xp = x.data() + (p / x_group_div) * cols;
+      const auto rg = ref::matvec(we, xp, rows, cols, 1);
+      const auto ru = ref::matvec(wue, xp, rows, cols, 1);
+      for (int64_t r = 0; r < rows; ++r) {
+        const double eg = ref::fp32_dot_bound(rg[size_t(r)], cols / warp_size + 8);
+        double want = rg[size_t(r)].value, tol = eg;
+        if (e == gemv_epilogue::swiglu) {
+          const double ga = rg[size_t(r)].value, b = ru[size_t(r)].value;
+          const double eu = ref::fp32_dot_bound(ru[size_t(r)], cols / warp_size + 8);
+          want = ref::silu(ga) * b;
+          tol = 1.1 * eg * (std::fabs(b) + eu) + std::fabs(ref::silu(ga)) * eu + 16 * std::ldexp(std::fabs(want), -24);
+        }
+        bad += !(std::fabs(double(yp[r]) - want) <= tol + 1e-30);
+      }
+    }
+    CHECK(bad == 0);
+  });
+}
+
+TEST_CASE_TEMPLATE("gemv experts: repeated ids, shared x, out-of-range ids guarded" * test::needs_device(), F,
+                   quant::q4_k_format, quant::q6_k_format, quant::q8_0_format, quant::f16_format) {
+  const int64_t cols = 2 * (F::block_elems > 16 ? F::block_elems : 16);
+  // 8 pairs = 4 tokens x top-2: expert 3 three times, two invalid ids (7 >= 5, -1)
+  const std::vector<int32_t> ids = {3, 3, 0, 4, 7, -1, 1, 3};
+  check_experts<F>(ids, 5, 21, cols, 2, gemv_epilogue::swiglu, 51);
+  check_experts<F>(ids, 5, 21, cols, 1, gemv_epilogue::store, 52);
+  check_experts<F>({0, 4, 2, 2}, 5, 13, cols, 1, gemv_epilogue::store, 53);  // all valid: flag stays 0
+}
+
+// Qwen3.5-35B-A3B expert shapes: gate/up 2048 -> 512, top-8 of 256 experts, one token.
+TEST_CASE("gemv experts: 35B-A3B gate/up shape, top-8 of 256" * test::needs_device()) {
+  check_experts<quant::q4_k_format>({17, 255, 0, 128, 64, 3, 200, 99}, 256, 512, 2048, 8, gemv_epilogue::swiglu, 61);
+}
+
+TEST_CASE("gemv: validate names the problem") {
+  launch::gemv_args<quant::q4_k_format> a;
+  alignas(16) static float x[512];
+  static float y[64];
+  static quant::block_q4_k w[4];
+  a.w = w, a.x = x, a.y = y, a.rows = 2, a.cols = 512;
+  CHECK(launch::validate(a).ok());
+  auto msg = [&](auto args) { return launch::validate(args).message(); };
+  auto b = a;
+  b.cols = 300;
+  CHECK(msg(b).find("cols = 300 is not a multiple of the block size 256") != std::string::npos);
+  b = a;
+  b.x = nullptr;
+  CHECK(msg(b).find("null") != std::string::npos);
+  b = a;
+  b.x = x + 1;
+  CHECK(msg(b).find("x is not 16-byte aligned") != std::string::npos);
+  b = a;
+  b.n_tokens = 9;
+  CHECK(msg(b).find("n_tokens = 9 is outside 1..8") != std::string::npos);
+  b = a;
+  b.epilogue = gemv_epilogue::swiglu;
+  CHECK(msg(b).find("swiglu needs maybe_w_up") != std::string::npos);
+  b = a;
+  b.maybe_w_up = w;
+  CHECK(msg(b).find("maybe_w_up is given but the epilogue is not swiglu") != std::string::npos);
+  static int32_t ids[2];
+  b = a;
+  b.maybe_expert_ids = ids;
+  b.n_pairs = 2;
+  b.n_experts = 4;
+  CHECK(msg(b).find("needs maybe_error_flag") != std::string::npos);
+  b.n_pairs = 0;
+  CHECK(msg(b).find("n_pairs = 0") != std::string::npos);
+  launch::gemv_args<quant::f16_format> c;
+  static quant::block_f16 wf[64];
+  c.w = wf, c.x = x, c.y = y, c.rows = 1, c.cols = 40;
+  CHECK(launch::validate(c).message().find("not a multiple of the block size 16") != std::string::npos);
+}
+
+}  // namespace
