@@ -71,7 +71,7 @@ std::vector<WeightT> convert(const std::vector<float>& v) {
   return r;
 }
 
-template <class Traits, class WeightT = float, class Policy = kernels::router_policy<>>
+template <class Traits, class WeightT = float, class Policy = kernels::router_policy_auto>
 router_out run_router(const router_case& c) {
   auto d_x = to_device(c.x);
   auto d_w = to_device(convert<WeightT>(c.w));

@@ -22,7 +22,7 @@ using traits = test::router_traits<E, K>;
 
 // Dyadic inputs: the kernel's logits are exact, so ids (ties included) must match the float64
 // reference exactly and weights to a few ulp.
-template <class Traits, class WeightT = float, class Policy = kernels::router_policy<>>
+template <class Traits, class WeightT = float, class Policy = kernels::router_policy_auto>
 void check_exact(int64_t n_tokens, int n_embd, uint64_t seed, bool shexp, ops::route_options route = {}) {
   CAPTURE(Traits::n_experts);
   CAPTURE(Traits::n_experts_used);
@@ -73,12 +73,18 @@ TEST_CASE("router: half and bf16 router weights" * test::needs_device()) {
   check_exact<traits<512, 16>, half>(3, 64, 902, false);
 }
 
-TEST_CASE("router: other policies (warps, tokens per block, rows per block, loads in flight)" * test::needs_device()) {
-  // 2 warps, 2 tokens and 2 rows per block, 1 load in flight
-  check_exact<traits<60, 4>, float, kernels::router_policy<64, 2, 2, 1>>(5, 96, 61, true);
-  // 8 warps, 8 tokens and 16 rows per block, 2 loads in flight; 19 tokens: 3 tiles, the last partial
-  check_exact<traits<256, 8>, float, kernels::router_policy<256, 8, 16, 2>>(19, 160, 62, true);
-  check_exact<traits<512, 16>, bf16, kernels::router_policy<256, 1, 8, 3>>(3, 200, 63, true);
+TEST_CASE("router: every policy shape (warps, tokens and rows per block, loads in flight, split-k)" *
+          test::needs_device()) {
+  // the decode policy on many tiles, and the batch policy on a single token
+  check_exact<traits<256, 8>, float, kernels::router_policy_decode>(19, 160, 60, true);
+  check_exact<traits<256, 8>, float, kernels::router_policy_batch>(1, 160, 59, true);
+  // 2 warps, 2 tokens and 2 rows per block, 1 load in flight, no split
+  check_exact<traits<60, 4>, float, kernels::router_policy<64, 2, 2, 1, 1>>(5, 96, 61, true);
+  // 8 warps in 4 groups of 2 (split-k 2), 4 rows per block; 19 tokens: the last tile is partial
+  check_exact<traits<256, 8>, float, kernels::router_policy<256, 8, 4, 2, 2>>(19, 160, 62, true);
+  // all 8 warps on one row (split-k 8), 2 rows per block; n_embd 200 leaves most slices short
+  check_exact<traits<512, 16>, bf16, kernels::router_policy<256, 1, 2, 3, 8>>(3, 200, 63, true);
+  check_exact<traits<60, 8>, half, kernels::router_policy<128, 3, 2, 1, 2>>(7, 72, 64, false);
 }
 
 TEST_CASE("router: sigmoid scoring, with and without renormalisation" * test::needs_device()) {

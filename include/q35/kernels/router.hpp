@@ -2,8 +2,10 @@
 // plus the shared-expert gate, in one launch.
 //
 // Thread-to-data mapping. Block (tile, chunk) computes the logits of Policy::tokens_per_block tokens
-// for Policy::rows_per_block weight rows (warp w takes rows w, w + n_warps, ...; row n_experts is the
-// shared-expert gate) and stores them in the workspace. The last block of a token tile to finish
+// for Policy::rows_per_block weight rows and stores them in the workspace: Policy::split_k warps
+// share a row (each a slice of its columns, combined through shared memory in a fixed order), the
+// block's n_warps / split_k warp groups take rows g, g + groups, ...; row n_experts is the
+// shared-expert gate. The last block of a token tile to finish
 // (an atomic counter per tile, which it resets to 0) then routes the tile's tokens, one warp per token.
 #pragma once
 
@@ -19,6 +21,7 @@
 #include "q35/core/config.hpp"
 #include "q35/core/dim3.hpp"
 #include "q35/core/vec.hpp"
+#include "q35/kernels/router_policy.hpp"
 #include "q35/ops/router.hpp"
 #include "q35/ops/router_gemv.hpp"
 
@@ -33,21 +36,7 @@ concept router_traits = requires {
 &&(T::n_experts >= 1) && (T::n_experts <= ops::router_max_experts) && (T::n_experts_used >= 1) &&
     (T::n_experts_used <= ops::router_max_k) && (T::n_experts_used <= T::n_experts);
 
-// How the router runs. Not tuned on a GPU yet: 4 warps, one row per warp and 4 tokens per block
-// give 65 blocks for E = 256 at batch 1 and keep x of a token tile (4 x 8 KB at n_embd 2048) in L1;
-// 4 weight loads in flight per lane.
-template <int Threads = 128, int TokensPerBlock = 4, int RowsPerBlock = 4, int Unroll = 4>
-struct router_policy {
-  static constexpr int threads = Threads;
-  static constexpr int tokens_per_block = TokensPerBlock;
-  static constexpr int rows_per_block = RowsPerBlock;
-  static constexpr int unroll = Unroll;
-  static_assert(Threads % warp_size == 0 && RowsPerBlock % (Threads / warp_size) == 0,
-                "rows_per_block: a multiple of the warps per block");
-  static_assert(TokensPerBlock <= Threads / warp_size, "one warp per token of a tile in the routing phase");
-};
-
-template <router_traits Traits, class WeightT = float, class Policy = router_policy<>>
+template <router_traits Traits, class WeightT = float, class Policy = router_policy_decode>
 struct router_kernel {
   static constexpr int n_experts = Traits::n_experts;
   static constexpr int k = Traits::n_experts_used;
@@ -55,6 +44,8 @@ struct router_kernel {
   static constexpr int n_warps = threads / warp_size;
   static constexpr int tokens_per_block = Policy::tokens_per_block;
   static constexpr int rows_per_block = Policy::rows_per_block;
+  static constexpr int split_k = Policy::split_k;
+  static constexpr int row_groups = n_warps / split_k;  // rows computed at once
   static constexpr int items_per_lane = ceil_div(n_experts, warp_size);
   // Workspace row: n_experts logits, then the shared-expert gate logit.
   static constexpr int64_t logits_stride = n_experts + 1;
@@ -75,6 +66,7 @@ struct router_kernel {
     ops::route_options route;
   };
   struct shared_storage {
+    float partial[split_k > 1 ? n_warps : 1][tokens_per_block];  // [warp, token]: split-k partial dots
     int is_last;  // this block is the last of its token tile to finish its logits
   };
 
@@ -92,15 +84,37 @@ struct router_kernel {
     const int warp = arch::warp_id(), lane = arch::lane_id();
 
     // Phase 1: logits[t, row] = W[row] . x[t]  for this block's rows and tokens.
-    for (int i = 0; i < rows_per_block / n_warps; ++i) {
-      const int row = chunk * rows_per_block + i * n_warps + warp;
-      if (row >= n_rows(p)) break;  // warp-uniform
-      const WeightT* w = row < n_experts ? ops::weight_row<WeightT>::row(p.w_router, row, p.n_embd) : p.maybe_w_shexp;
+    const int group = warp / split_k, slice = warp % split_k;
+    for (int i = 0; i < rows_per_block / row_groups; ++i) {  // the same trip count for the whole block
+      const int row = chunk * rows_per_block + i * row_groups + group;
+      const bool valid = row < n_rows(p);  // the same for the warps of a group
       float dot[tokens_per_block];
-      ops::warp_dot_tokens<tokens_per_block, Policy::unroll>(w, p.x + t0 * p.n_embd, p.n_embd, n_here, dot);
-      Q35_UNROLL
-      for (int t = 0; t < tokens_per_block; ++t)
-        if (t < n_here && lane == t) p.logits[(t0 + t) * logits_stride + row] = dot[t];
+      if (valid) {
+        const WeightT* w = row < n_experts ? ops::weight_row<WeightT>::row(p.w_router, row, p.n_embd) : p.maybe_w_shexp;
+        ops::warp_dot_tokens<tokens_per_block, Policy::unroll>(w, p.x + t0 * p.n_embd, p.n_embd, n_here, slice, split_k,
+                                                               dot);
+      }
+      if constexpr (split_k == 1) {
+        Q35_UNROLL
+        for (int t = 0; t < tokens_per_block; ++t)
+          if (valid && t < n_here && lane == t) p.logits[(t0 + t) * logits_stride + row] = dot[t];
+      } else {
+        Q35_UNROLL
+        for (int t = 0; t < tokens_per_block; ++t)
+          if (valid && lane == t) s.partial[warp][t] = dot[t];
+        arch::sync_block();
+        // logit = sum over slices 0 .. split_k - 1 of the partial dots, in that order
+        Q35_UNROLL
+        for (int t = 0; t < tokens_per_block; ++t) {
+          if (valid && slice == 0 && t < n_here && lane == t) {
+            float sum = 0.0f;
+            Q35_UNROLL
+            for (int q = 0; q < split_k; ++q) sum += s.partial[warp + q][t];
+            p.logits[(t0 + t) * logits_stride + row] = sum;
+          }
+        }
+        arch::sync_block();  // partial is rewritten by the next row
+      }
     }
 
     // Publish the logits; the last block of the tile to arrive routes its tokens.
@@ -130,9 +144,13 @@ struct router_kernel {
         p.ids[token * k + lane] = r.id;
         p.weights[token * k + lane] = r.weight;
       }
-      if (lane == 0 && p.maybe_k_used) p.maybe_k_used[token] = r.k_used;
-      // gate = sigmoid(w_shexp . x)
-      if (lane == 0 && p.maybe_w_shexp) p.maybe_shexp_gate[token] = arch::sigmoid(arch::load_coherent(row + n_experts));
+      // One lane-0 region: separate `lane == 0 && ...` branches made ptxas spill a convergence
+      // barrier register (4-byte spills on some instantiations).
+      if (lane == 0) {
+        if (p.maybe_k_used) p.maybe_k_used[token] = r.k_used;
+        // gate = sigmoid(w_shexp . x)
+        if (p.maybe_w_shexp) p.maybe_shexp_gate[token] = arch::sigmoid(arch::load_coherent(row + n_experts));
+      }
     }
   }
 };

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "q35/arch/memory.hpp"
 #include "q35/core/status.hpp"
@@ -64,9 +65,6 @@ struct router_args {
   ops::route_options route;
 };
 
-template <class Traits, class WeightT, class Policy = kernels::router_policy<>>
-using router_kernel_for = kernels::router_kernel<Traits, WeightT, Policy>;
-
 namespace detail {
 inline status bad_router_arg(const std::string& what) {
   return error(status_code::invalid_argument, "launch::router: " + what);
@@ -75,7 +73,7 @@ inline bool aligned_16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 
 }  // namespace detail
 
 // Checks args against the traits and the kernel's limits; the message names the bad value.
-template <kernels::router_traits Traits, class WeightT, class Policy = kernels::router_policy<>>
+template <kernels::router_traits Traits, class WeightT>
 status validate(const router_args<WeightT>& a) {
   using detail::bad_router_arg;
   const auto str = [](auto v) { return std::to_string(v); };
@@ -125,12 +123,10 @@ status validate(const router_args<WeightT>& a) {
   return status::success();
 }
 
-// Routes a.n_tokens tokens in one launch (none for 0 tokens). Asynchronous on cuda.
-template <kernels::router_traits Traits, class WeightT, class Policy = kernels::router_policy<>>
-status router(const router_args<WeightT>& a, stream_t stream = nullptr) {
-  Q35_TRY((validate<Traits, WeightT, Policy>(a)));
-  if (a.n_tokens == 0) return status::success();
-  using kernel = router_kernel_for<Traits, WeightT, Policy>;
+namespace detail {
+template <class Traits, class WeightT, class Policy>
+status run_router(const router_args<WeightT>& a, stream_t stream) {
+  using kernel = kernels::router_kernel<Traits, WeightT, Policy>;
   const typename kernel::params p{a.x,
                                   a.w_router,
                                   a.maybe_w_shexp,
@@ -145,6 +141,22 @@ status router(const router_args<WeightT>& a, stream_t stream = nullptr) {
                                   a.n_embd,
                                   a.route};
   return launch<kernel>(p, stream);
+}
+}  // namespace detail
+
+// Routes a.n_tokens tokens in one launch (none for 0 tokens). Asynchronous on cuda. The default
+// policy is router_policy_decode up to router_decode_max_tokens tokens, router_policy_batch above.
+template <kernels::router_traits Traits, class WeightT, class Policy = kernels::router_policy_auto>
+status router(const router_args<WeightT>& a, stream_t stream = nullptr) {
+  Q35_TRY((validate<Traits, WeightT>(a)));
+  if (a.n_tokens == 0) return status::success();
+  if constexpr (std::is_same_v<Policy, kernels::router_policy_auto>) {
+    if (a.n_tokens <= kernels::router_decode_max_tokens)
+      return detail::run_router<Traits, WeightT, kernels::router_policy_decode>(a, stream);
+    return detail::run_router<Traits, WeightT, kernels::router_policy_batch>(a, stream);
+  } else {
+    return detail::run_router<Traits, WeightT, Policy>(a, stream);
+  }
 }
 
 }  // namespace q35::launch

@@ -90,15 +90,18 @@ Q35_DEVICE routed route_token(const float (&logits)[ItemsPerLane], int n_experts
 
   int k_used = k;
   if (opt.adaptive) {
-    // H = -sum_i p_i ln p_i over the softmax distribution (terms with p_i = 0 are 0)
-    float h = 0.0f;
+    // H = -sum_i p_i ln p_i = ln(sum) - sum_i p_i (s_i - m)  with p_i = e_i / sum; terms with
+    // e_i = 0 are 0, and an infinite m leaves only equal maxima: H = ln(number of them) = ln(sum).
+    // (One log per token rather than one per expert.)
+    float t = 0.0f;
     Q35_UNROLL
     for (int j = 0; j < ItemsPerLane; ++j) {
-      if (warp::strided_index(lane, j) >= n_experts) continue;
-      const float p = score(logits[j]);
-      if (p > 0.0f) h -= p * logf(p);
+      if (m_infinite || warp::strided_index(lane, j) >= n_experts) continue;
+      const float e = unnormalised(logits[j]);
+      if (e > 0.0f) t += e * (logits[j] - m);
     }
-    h = warp::reduce_sum(h);
+    t = warp::reduce_sum(t);
+    const float h = logf(sum) - t * inv_sum;
     const adaptive_k_options& a = opt.adaptive_k;
     k_used = h < a.entropy_below[0] ? a.k_values[0] : h < a.entropy_below[1] ? a.k_values[1] : a.k_values[2];
   }

@@ -12,25 +12,26 @@
 
 namespace q35::ops {
 
-// dot[t] = sum_c w[c] * x[t * n_embd + c] for t < n_tokens (<= Tokens); dot[t] for t >= n_tokens is 0.
-// Every lane receives the same totals (butterfly reduction). Lane l reads the columns
-// [l * V + i * 32 * V, +V) with V = Row::elems_per_load, so each load is 16 bytes and the warp's
-// loads of one step are contiguous; Unroll steps are loaded before any is used, so each lane keeps
-// Unroll weight loads in flight (at batch 1 the GEMV is latency-bound without them). n_embd must
-// be a multiple of V (and of 4, for x), and w and x 16-byte aligned.
+// dot[t] = sum_c w[c] * x[t * n_embd + c] over this warp's slice of the columns, for t < n_tokens
+// (<= Tokens); dot[t] for t >= n_tokens is 0. n_slices warps cover a row together (split-k): lane l
+// of the warp with slice s reads the columns [(s * 32 + l) * V + i * n_slices * 32 * V, +V), with
+// V = Row::elems_per_load. Every lane receives the same totals (butterfly reduction). Each load is
+// 16 bytes and the warp's loads of one step are contiguous; Unroll steps are loaded before any is used, so each lane
+// keeps Unroll weight loads in flight (at batch 1 the GEMV is latency-bound without them). n_embd must be a multiple of
+// V (and of 4, for x), and w and x 16-byte aligned.
 template <int Tokens, int Unroll, class WeightT, class Row = weight_row<WeightT>>
 Q35_DEVICE void warp_dot_tokens(const WeightT* w,  // [n_embd]
                                 const float* x,    // [n_tokens, n_embd], row-major
-                                int n_embd, int n_tokens, float (&dot)[Tokens]) {
+                                int n_embd, int n_tokens, int slice, int n_slices, float (&dot)[Tokens]) {
   constexpr int v = Row::elems_per_load;
   static_assert(v % 4 == 0, "a weight load must cover whole 16-byte loads of x");
-  constexpr int64_t step = int64_t(warp_size) * v;
+  const int64_t step = int64_t(warp_size) * v * n_slices;
   const int lane = arch::lane_id();
   float acc[Tokens];
   Q35_UNROLL
   for (int t = 0; t < Tokens; ++t) acc[t] = 0.0f;
 
-  for (int64_t c0 = int64_t(lane) * v; c0 < n_embd; c0 += step * Unroll) {
+  for (int64_t c0 = (int64_t(slice) * warp_size + lane) * v; c0 < n_embd; c0 += step * Unroll) {
     float wv[Unroll][v];
     Q35_UNROLL
     for (int u = 0; u < Unroll; ++u)
