@@ -20,7 +20,7 @@ struct router_shape {
 // One timed iteration = reps launches (a single launch is a few µs, near the event resolution).
 constexpr int reps = 16;
 
-template <int NEmbd, int E, int K>
+template <int NEmbd, int E, int K, class Policy = kernels::router_policy_auto>
 void bm_router(benchmark::State& state) {
   if (bench::skip_without_gpu(state)) return;
 #if Q35_BACKEND_CUDA
@@ -55,7 +55,7 @@ void bm_router(benchmark::State& state) {
     a.w_router = w.data() + size_t(rot) * w_elems;
     a.maybe_w_shexp = a.w_router + size_t(E) * NEmbd;
     rot = (rot + 1) % n_copies;
-    return launch::router<traits>(a);
+    return launch::router<traits, float, Policy>(a);
   };
   if (!step().ok() || !synchronize().ok()) {
     state.SkipWithError("router launch failed");
@@ -96,6 +96,20 @@ BENCHMARK_TEMPLATE(bm_router, 4096, 64, 4)
     ->Arg(8)
     ->Arg(64)
     ->Arg(512)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// Each policy on both sides of router_decode_max_tokens (8), to place the switch on a GPU.
+BENCHMARK_TEMPLATE(bm_router, 2048, 256, 8, kernels::router_policy_decode)
+    ->Arg(8)
+    ->Arg(16)
+    ->Arg(64)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(bm_router, 2048, 256, 8, kernels::router_policy_batch)
+    ->Arg(1)
+    ->Arg(8)
+    ->Arg(16)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
