@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Turns the -Xptxas=-v lines of a CUDA build log into a markdown table per kernel instance.
 
-usage: python3 scripts/ptxas_table.py BUILD_LOG [NAME_FILTER]   (filter: substring of the demangled name)
+usage: python3 scripts/ptxas_table.py BUILD_LOG[,BUILD_LOG...] [NAME_FILTER]
+  (several logs of incremental builds: a later log's report of a kernel replaces an earlier one's;
+   filter: substring of the demangled name)
 """
 import re
 import subprocess
@@ -9,13 +11,14 @@ import sys
 
 
 def main() -> int:
-    log = open(sys.argv[1], errors="replace").read().splitlines()
+    log = [line for path in sys.argv[1].split(",") for line in open(path, errors="replace").read().splitlines()]
     flt = sys.argv[2] if len(sys.argv) > 2 else ""
     rows, entry, arch = {}, None, None
     for line in log:
         m = re.search(r"Compiling entry function '(\S+)' for '(sm_\d+)'", line)
         if m:
             entry, arch = m.group(1), m.group(2)
+            rows.setdefault(entry, {})[arch] = {}
             continue
         if entry is None:
             continue
@@ -33,6 +36,10 @@ def main() -> int:
             continue
         d = re.sub(r"^void q35::launch::kernel_entry<q35::kernels::(.*)>\(.*$", r"\1", d)
         d = d.replace("q35::quant::", "").replace("q35::ops::", "").replace("q35::kernels::", "")
+        for i, e in enumerate(("store", "residual", "swiglu")):
+            d = d.replace(f"(epilogue){i}", e).replace(f"(gemv_epilogue){i}", e)
+        d = re.sub(r", gemv_policy<\w+>", "", d).replace(", true>", ", experts>").replace(", false>", ", plain>")
+        d = d.strip()
         cells = []
         for a in ("sm_80", "sm_90"):
             e = rows[mangled].get(a, {})

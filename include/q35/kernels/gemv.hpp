@@ -71,7 +71,7 @@ struct gemv_kernel {
     int64_t expert = 0;
     if constexpr (Indexed) {
       expert = p.maybe_expert_ids[g];
-      x += int64_t(g / p.x_group_div) * p.cols;
+      x += int64_t(unsigned(g) / unsigned(p.x_group_div)) * p.cols;  // unsigned: no sign word kept live
       if (expert < 0 || expert >= p.n_experts) {  // device-side guard: flag it, poison this pair's rows
         if (arch::thread_rank() == 0 && p.maybe_error_flag) *p.maybe_error_flag = 1;
         if (arch::thread_rank() < rows_here) y[row0 + arch::thread_rank()] = NAN;  // rows_per_block <= threads
@@ -86,6 +86,7 @@ struct gemv_kernel {
         n_mats == 2 ? reinterpret_cast<const uint8_t*>(p.maybe_w_up) - reinterpret_cast<const uint8_t*>(p.w) : 0;
     uint8_t* smem = arch::shared_tail<uint8_t>(s);
     const int warp = arch::warp_id();
+    const uint8_t* warp_slots = smem + warp * rows_per_warp * slot_bytes;
 
     float acc[n_mats][rows_per_warp][NTokens] = {};
     for (int seg = 0; seg < row_bytes; seg += seg_bytes) {
@@ -101,22 +102,22 @@ struct gemv_kernel {
       arch::sync_block();
       const float* x_seg = x + seg / Format::block_bytes * Format::block_elems;
       const int n_units = n_bytes / Format::block_bytes * Format::block_elems / quant::unit_elems;
-      // a warp-uniform trip count (divergent only in the last step) keeps the loop structured
-      for (int u0 = 0; u0 < n_units; u0 += warp_size) {
-        const int u = u0 + arch::lane_id();
-        if (u < n_units) {
-          Q35_UNROLL
-          for (int m = 0; m < n_mats; ++m) {
-            Q35_UNROLL
-            for (int rw = 0; rw < rows_per_warp; ++rw) {
-              const int r = warp * rows_per_warp + rw;
-              if (r < rows_here) {
-                const uint8_t* slot = smem + (m * rows_per_block + r) * slot_bytes;
-                const uint8_t* bytes = slot + ops::stage_phase(w_tile + m * up_offset + r * row_bytes + seg);
-                ops::dot_unit<Format, NTokens>(reinterpret_cast<const block*>(bytes), u, x_seg + u * quant::unit_elems,
-                                               p.cols, n_tok, acc[m][rw]);
-              }
-            }
+      // One pass over the segment's units per (matrix, row): x is re-read from L1 in each pass
+      // rather than held in registers across them, which keeps every instance free of spills. The
+      // trip count is warp-uniform (divergent only in the last step), so the loop stays structured.
+      Q35_UNROLL
+      for (int m = 0; m < n_mats; ++m) {
+        Q35_UNROLL
+        for (int rw = 0; rw < rows_per_warp; ++rw) {
+          if (warp * rows_per_warp + rw >= rows_here) continue;
+          // this warp's first slot plus a compile-time offset (folds into the shared loads)
+          const uint8_t* slot = warp_slots + (m * rows_per_block + rw) * slot_bytes;
+          const auto* blocks = reinterpret_cast<const block*>(
+              slot + ops::stage_phase(w_tile + m * up_offset + (warp * rows_per_warp + rw) * row_bytes + seg));
+          for (int u0 = 0; u0 < n_units; u0 += warp_size) {
+            const int u = u0 + arch::lane_id();
+            if (u < n_units)
+              ops::dot_unit<Format, NTokens>(blocks, u, x_seg + u * quant::unit_elems, p.cols, n_tok, acc[m][rw]);
           }
         }
       }

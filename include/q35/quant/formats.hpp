@@ -10,6 +10,7 @@
 #include <concepts>
 #include <cstdint>
 
+#include "q35/arch/half_bits.hpp"
 #include "q35/arch/rounded_math.hpp"
 #include "q35/core/config.hpp"
 #include "q35/core/numeric.hpp"
@@ -50,7 +51,7 @@ struct f32_format : format_base<block_f32, 1, type_id::f32> {
 
 struct f16_format : format_base<block_f16, 1, type_id::f16> {
   static constexpr const char* name = "f16";
-  static Q35_HOST_DEVICE float value(const block& b) { return half_bits_to_float(b.bits); }
+  static Q35_HOST_DEVICE float value(const block& b) { return arch::f16_bits_to_float(b.bits); }
   // w[i] = binary16 b[i] widened (exact)
   static Q35_HOST_DEVICE void dequant_unit(const block* b, int, float (&w)[unit_elems]) {
     Q35_UNROLL
@@ -72,7 +73,7 @@ struct q8_0_format : format_base<block_q8_0, 32, type_id::q8_0> {
   static constexpr const char* name = "q8_0";
   // unit k of 2: w[i] = q[16k + i] * d
   static Q35_HOST_DEVICE void dequant_unit(const block* b, int k, float (&w)[unit_elems]) {
-    const float d = half_bits_to_float(b->d);
+    const float d = arch::f16_bits_to_float(b->d);
     Q35_UNROLL
     for (int i = 0; i < unit_elems; ++i) w[i] = arch::mul_rn(float(b->qs[16 * k + i]), d);
   }
@@ -82,7 +83,7 @@ struct q4_0_format : format_base<block_q4_0, 32, type_id::q4_0> {
   static constexpr const char* name = "q4_0";
   // unit k of 2: w[i] = d * (nibble k of qs[i] - 8)
   static Q35_HOST_DEVICE void dequant_unit(const block* b, int k, float (&w)[unit_elems]) {
-    const float d = half_bits_to_float(b->d);
+    const float d = arch::f16_bits_to_float(b->d);
     Q35_UNROLL
     for (int i = 0; i < unit_elems; ++i) w[i] = arch::mul_rn(d, float(int((b->qs[i] >> (4 * k)) & 0xF) - 8));
   }
@@ -95,8 +96,8 @@ struct q4_k_format : format_base<block_q4_k, qk_k, type_id::q4_k> {
   static Q35_HOST_DEVICE void dequant_unit(const block* b, int k, float (&w)[unit_elems]) {
     const int j = k / 2;
     const scale_min s = unpack_scale_min_k4(j, b->scales);
-    const float d = arch::mul_rn(half_bits_to_float(b->d), float(s.sc));
-    const float m = arch::mul_rn(half_bits_to_float(b->dmin), float(s.m));
+    const float d = arch::mul_rn(arch::f16_bits_to_float(b->d), float(s.sc));
+    const float m = arch::mul_rn(arch::f16_bits_to_float(b->dmin), float(s.m));
     const uint8_t* q = b->qs + 32 * (j / 2) + 16 * (k % 2);
     const int shift = 4 * (j % 2);
     Q35_UNROLL
@@ -111,8 +112,8 @@ struct q5_k_format : format_base<block_q5_k, qk_k, type_id::q5_k> {
   static Q35_HOST_DEVICE void dequant_unit(const block* b, int k, float (&w)[unit_elems]) {
     const int j = k / 2;
     const scale_min s = unpack_scale_min_k4(j, b->scales);
-    const float d = arch::mul_rn(half_bits_to_float(b->d), float(s.sc));
-    const float m = arch::mul_rn(half_bits_to_float(b->dmin), float(s.m));
+    const float d = arch::mul_rn(arch::f16_bits_to_float(b->d), float(s.sc));
+    const float m = arch::mul_rn(arch::f16_bits_to_float(b->dmin), float(s.m));
     const int l0 = 16 * (k % 2);
     const uint8_t* q = b->qs + 32 * (j / 2) + l0;
     const uint8_t* qh = b->qh + l0;
@@ -131,7 +132,7 @@ struct q6_k_format : format_base<block_q6_k, qk_k, type_id::q6_k> {
   //   w[i] = (d * scales[g]) * (q - 32),  q = (ql[64h + 32 (c%2) + l] >> 4 (c/2)) & 15 | ((qh[32h + l] >> 2c) & 3) << 4
   static Q35_HOST_DEVICE void dequant_unit(const block* b, int g, float (&w)[unit_elems]) {
     const int h = g / 8, c = (g % 8) / 2, l0 = 16 * (g % 2);
-    const float d = arch::mul_rn(half_bits_to_float(b->d), float(b->scales[g]));
+    const float d = arch::mul_rn(arch::f16_bits_to_float(b->d), float(b->scales[g]));
     const uint8_t* ql = b->ql + 64 * h + 32 * (c % 2) + l0;
     const uint8_t* qh = b->qh + 32 * h + l0;
     const int lo_shift = 4 * (c / 2), hi_shift = 2 * c;
