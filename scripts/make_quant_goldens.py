@@ -3,7 +3,9 @@
 
 For every GGUF type q35 supports it writes <type>.blocks (raw GGUF block bytes) and <type>.f32
 (little-endian float32, gguf.quants.dequantize of those bytes: ggml's reference dequantization).
-The tests read these files and need no Python. Re-run with: pip install gguf numpy; python3 this.
+The tests read these files and need no Python. Also dump_tensor.sha256: hashes of
+gguf-py's dequantization of fixture tensors, for the qwen35_generate --dump-tensor test.
+Re-run with: pip install gguf numpy; python3 scripts/make_quant_goldens.py
 """
 import os
 import sys
@@ -121,5 +123,31 @@ def main() -> int:
     return 0
 
 
+
+
+# ---- --dump-tensor goldens: SHA-256 of gguf-py's float32 dequantization of fixture tensors ----
+DUMP_CASES = [("tiny_moe_q4km.gguf", "output.weight"),                 # Q6_K
+              ("tiny_moe_q4km.gguf", "blk.0.attn_qkv.weight"),         # Q8_0
+              ("tiny_moe_q4km.gguf", "blk.3.attn_output.weight"),      # Q5_K
+              ("tiny_moe_q4km.gguf", "blk.0.ffn_gate_exps.weight"),    # Q4_K, 3-D (experts)
+              ("tiny_moe_q4km.gguf", "blk.0.ssm_conv1d.weight"),       # F32
+              ("tiny_dense_q4km.gguf", "blk.0.ffn_down.weight")]       # Q4_K
+
+
+def dump_tensor_hashes() -> None:
+    import hashlib
+    data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data")
+    lines = []
+    for fname, tname in DUMP_CASES:
+        r = gguf.GGUFReader(os.path.join(data, fname))
+        t = next(t for t in r.tensors if t.name == tname)
+        deq = gguf.quants.dequantize(t.data, t.tensor_type).astype("<f4").reshape(-1)
+        lines.append(f"{fname} {tname} {deq.size} {hashlib.sha256(deq.tobytes()).hexdigest()}")
+    with open(os.path.join(OUT, "dump_tensor.sha256"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
+    dump_tensor_hashes()

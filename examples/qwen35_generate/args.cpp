@@ -48,6 +48,13 @@ const std::vector<flag>& flags() {
          set_command(o, command::detokenize, "--detokenize");
          o.text = v;
        }},
+      {{"--dump-tensor"},
+       "NAME",
+       [](options& o, const std::string& v) {
+         set_command(o, command::dump_tensor, "--dump-tensor");
+         o.tensor_name = v;
+       }},
+      {{"--out"}, "PATH", [](options& o, const std::string& v) { o.out_path = v; }},
   };
   return table;
 }
@@ -73,6 +80,7 @@ options parse_args(const std::vector<std::string>& args) {
   if (o.cmd == command::help) return o;
   if (o.cmd == command::none) throw usage_error("no command given (--info, --tokenize or --detokenize)");
   if (o.model_path.empty()) throw usage_error("no model file given (-m FILE)");
+  if (o.cmd == command::dump_tensor && o.out_path.empty()) throw usage_error("--dump-tensor needs --out PATH");
   return o;
 }
 
@@ -106,10 +114,12 @@ std::string usage(const std::string& program) {
          "                         for weights + state at -c tokens, tokenizer\n"
          "  --tokenize TEXT        token ids of TEXT (special tokens such as <|im_start|> parsed), one line\n"
          "  --detokenize \"ID ...\"  the text of space-separated token ids\n"
+         "  --dump-tensor NAME     tensor NAME dequantized to little-endian float32 (with --out PATH)\n"
          "\n"
          "options:\n"
          "  -m, --model FILE       a qwen35 / qwen35moe GGUF file\n"
          "  -c, --ctx-size N       context size for the --info memory estimate (default: the model's)\n"
+         "  --out PATH             output file of --dump-tensor\n"
          "  -h, --help             this text\n";
 }
 

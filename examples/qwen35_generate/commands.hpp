@@ -11,5 +11,6 @@ namespace q35::cli {
 int run_info(const options& opt, std::ostream& out);
 int run_tokenize(const options& opt, std::ostream& out);
 int run_detokenize(const options& opt, std::ostream& out);
+int run_dump_tensor(const options& opt, std::ostream& out);
 
 }  // namespace q35::cli

@@ -39,6 +39,8 @@ int main(int argc, char** argv) {
         return cli::run_tokenize(opt, std::cout);
       case cli::command::detokenize:
         return cli::run_detokenize(opt, std::cout);
+      case cli::command::dump_tensor:
+        return cli::run_dump_tensor(opt, std::cout);
       default:
         break;
     }
