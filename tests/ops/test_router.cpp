@@ -10,6 +10,7 @@
 
 #include "ops/router_fixture.hpp"
 #include "q35/launch/router.hpp"
+#include "q35/models/qwen35_moe.hpp"
 #include "reference/router_reference.hpp"
 #include "test_util.hpp"
 
@@ -64,6 +65,15 @@ TEST_CASE("router: many ties (n_embd 4, dyadic inputs) resolve to the lower expe
 TEST_CASE("router: the Qwen3.5-35B-A3B shape (n_embd 2048, E 256, k 8) with the shared-expert gate" *
           test::needs_device()) {
   check_exact<traits<256, 8>>(5, 2048, 77, true);
+}
+
+// A model's moe sub-traits are router traits as they stand.
+static_assert(kernels::router_traits<models::qwen35_35b_a3b::moe>);
+static_assert(kernels::router_traits<models::qwen35_9b_moe::moe>);
+
+TEST_CASE("router: the model traits (Qwen3.5-35B-A3B, the 64-expert layout) plug in directly" * test::needs_device()) {
+  check_exact<models::qwen35_35b_a3b::moe>(2, 2048, 81, true);
+  check_exact<models::qwen35_9b_moe::moe>(11, 256, 82, true);
 }
 
 TEST_CASE("router: half and bf16 router weights" * test::needs_device()) {

@@ -5,8 +5,8 @@
 // for Policy::rows_per_block weight rows and stores them in the workspace: Policy::split_k warps
 // share a row (each a slice of its columns, combined through shared memory in a fixed order), the
 // block's n_warps / split_k warp groups take rows g, g + groups, ...; row n_experts is the
-// shared-expert gate. The last block of a token tile to finish
-// (an atomic counter per tile, which it resets to 0) then routes the tile's tokens, one warp per token.
+// shared-expert gate. The last block of a token tile to finish (an atomic counter per tile, which
+// it resets to 0) then routes the tile's tokens, one warp per token.
 #pragma once
 
 #include <algorithm>
