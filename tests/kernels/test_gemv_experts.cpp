@@ -135,6 +135,8 @@ TEST_CASE("gemv: validate names the problem") {
   static quant::block_f16 wf[64];
   c.w = wf, c.x = x, c.y = y, c.rows = 1, c.cols = 40;
   CHECK(launch::validate(c).message().find("not a multiple of the block size 16") != std::string::npos);
+  c.cols = int64_t(1) << 30;  // 2 GiB of f16 per row: over the kernel's 32-bit row offsets
+  CHECK(launch::validate(c).message().find("is over 2^31 / 64 bytes") != std::string::npos);
 }
 
 }  // namespace

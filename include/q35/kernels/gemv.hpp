@@ -36,8 +36,9 @@ struct gemv_kernel {
   static constexpr int seg_blocks = ops::segment_blocks<Format, Policy>;
   static constexpr int seg_bytes = seg_blocks * Format::block_bytes;
   static constexpr int slot_bytes = int(ops::staged_row_bytes(seg_bytes));
-  static_assert(threads % warp_size == 0 && rows_per_block % n_warps == 0 && rows_per_block <= threads,
-                "whole rows per warp");
+  static_assert(threads % warp_size == 0 && rows_per_block % n_warps == 0 && rows_per_block <= threads &&
+                    rows_per_block <= 64,
+                "whole rows per warp; at most 64 rows per block (32-bit row offsets, see validate)");
   static_assert(NTokens >= 1 && NTokens <= 8 && (!Indexed || NTokens == 1), "expert mode: one token per pair");
   static_assert(Policy::vector_bytes == 16, "weights stream through 16-byte loads");
 

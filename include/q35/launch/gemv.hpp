@@ -49,8 +49,9 @@ status validate(const gemv_args<Format>& a) {
   if (a.cols % Format::block_elems != 0 || a.cols % quant::unit_elems != 0)
     return bad("cols = " + std::to_string(a.cols) + " is not a multiple of the block size " +
                std::to_string(Format::block_elems > quant::unit_elems ? Format::block_elems : quant::unit_elems));
-  if (Format::row_bytes(a.cols) > INT32_MAX)
-    return bad("a row of " + std::to_string(a.cols) + " columns exceeds 2^31 bytes");
+  // the kernel offsets a block's rows with 32-bit ints: rows_per_block (<= 64) rows must fit 2^31 bytes
+  if (Format::row_bytes(a.cols) > INT32_MAX / 64)
+    return bad("a row of " + std::to_string(a.cols) + " columns is over 2^31 / 64 bytes");
   if (!a.w || !a.x || !a.y) return bad("null w, x or y");
   if ((a.epilogue == gemv_epilogue::swiglu) != (a.maybe_w_up != nullptr))
     return bad(a.maybe_w_up ? "maybe_w_up is given but the epilogue is not swiglu" : "swiglu needs maybe_w_up");
