@@ -116,3 +116,71 @@ TEST_CASE("gemv: Qwen3.5-9B shapes, 4096 -> 12288 gate/up and 12288 -> 4096 down
 }
 
 }  // namespace
+
+namespace {
+
+using namespace q35;
+
+// Non-finite inputs propagate as IEEE arithmetic says: a NaN activation makes every output of its
+// token NaN (and leaves the other tokens finite); an infinite weight scale makes its row non-finite.
+TEST_CASE("gemv: NaN and inf inputs propagate per token and per row" * test::needs_device()) {
+  using F = quant::q8_0_format;
+  const int64_t rows = 16, cols = 64;
+  auto w = test::random_weights<F>(rows, cols, 91);
+  w[size_t(3 * (cols / 32) * F::block_bytes) + 0] = 0x00;  // row 3, block 0: d = +inf (f16 0x7c00)
+  w[size_t(3 * (cols / 32) * F::block_bytes) + 1] = 0x7c;
+  auto x = test::random_floats(size_t(2 * cols), 92);
+  x[size_t(cols + 5)] = NAN;  // token 1, column 5
+  auto dw = test::to_device(w);
+  auto dx = test::to_device(x);
+  test::for_each_order([&] {
+    auto dy = test::poisoned<float>(size_t(2 * rows));
+    launch::gemv_args<F> a;
+    a.w = reinterpret_cast<const F::block*>(dw.data()), a.x = dx.data(), a.y = dy.data();
+    a.rows = rows, a.cols = cols, a.n_tokens = 2;
+    Q35_REQUIRE_OK(launch::gemv(a));
+    const auto y = test::to_host(dy);
+    for (int64_t r = 0; r < rows; ++r) {
+      CAPTURE(r);
+      CHECK(std::isnan(y[size_t(rows + r)]));          // token 1 saw the NaN
+      CHECK(std::isfinite(y[size_t(r)]) == (r != 3));  // token 0: only the inf row is not finite
+    }
+  });
+}
+
+// The largest GEMV of the model: the Q6_K output head, 248320 x 4096 (31040 blocks, 834 MB), one
+// token, one thread order (four would cost minutes of sim time; the orders are covered above).
+TEST_CASE("gemv: largest shape, the Q6_K output head 4096 -> 248320" * test::needs_device()) {
+  using F = quant::q6_k_format;
+  const int64_t rows = 248320, cols = 4096;
+  auto dw = test::to_device(test::random_weights<F>(rows, cols, 101));
+  const auto x = test::random_floats(size_t(cols), 102);
+  auto dx = test::to_device(x);
+  auto dy = test::poisoned<float>(size_t(rows));
+  launch::gemv_args<F> a;
+  a.w = reinterpret_cast<const F::block*>(dw.data()), a.x = dx.data(), a.y = dy.data();
+  a.rows = rows, a.cols = cols;
+  Q35_REQUIRE_OK(launch::gemv(a));
+  const auto y = test::to_host(dy);
+  const auto w = test::random_weights<F>(rows, cols, 101);  // the same bytes, regenerated on the host
+  int64_t bad = 0;
+  for (int64_t row = 0; row < rows; ++row) {  // row by row: the float64 reference stays small
+    const std::vector<uint8_t> bytes(w.begin() + row * F::row_bytes(cols), w.begin() + (row + 1) * F::row_bytes(cols));
+    const ref::dot_result r = ref::matvec(test::reference_weights<F>(bytes, cols), x.data(), 1, cols, 1)[0];
+    bad += !(std::fabs(double(y[size_t(row)]) - r.value) <= ref::fp32_dot_bound(r, cols / warp_size + 8) + 1e-30);
+  }
+  CHECK(bad == 0);
+}
+
+TEST_CASE("gemv: zero rows launch nothing" * test::needs_device()) {
+  using F = quant::q4_k_format;
+  auto x = test::to_device(std::vector<float>(256, 1.0f));
+  auto y = test::poisoned<float>(4);
+  static quant::block_q4_k w[1];
+  launch::gemv_args<F> a;
+  a.w = w, a.x = x.data(), a.y = y.data(), a.rows = 0, a.cols = 256;
+  Q35_REQUIRE_OK(launch::gemv(a));
+  for (float v : test::to_host(y)) CHECK(std::isnan(v));
+}
+
+}  // namespace
