@@ -99,7 +99,7 @@ struct gemv_kernel {
             const int m = i / rows_per_block, r = i % rows_per_block;
             return r < rows_here ? w_tile + m * up_offset + r * row_bytes + seg : nullptr;
           },
-          n_mats* rows_per_block, n_bytes, arch::thread_rank(), threads);
+          int(n_mats * rows_per_block), n_bytes, arch::thread_rank(), threads);
       arch::sync_block();
       const float* x_seg = x + seg / Format::block_bytes * Format::block_elems;
       const int n_units = n_bytes / Format::block_bytes * Format::block_elems / quant::unit_elems;
