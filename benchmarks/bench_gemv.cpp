@@ -74,6 +74,62 @@ void bm_gemv(benchmark::State& state) {
 #endif
 }
 
+// Expert mode, Qwen3.5-35B-A3B decode: fused gate+up of the top-8 of 256 experts (2048 -> 512 each),
+// one token, args {n_pairs}. Ids are spread over all experts and change every iteration (a fresh
+// top-8 per step), so the weights come from HBM; bytes = the 2 x n_pairs expert matrices read.
+template <class Format>
+void bm_gemv_experts(benchmark::State& state) {
+  if (bench::skip_without_gpu(state)) return;
+#if Q35_BACKEND_CUDA
+  const int n_experts = 256, n_pairs = int(state.range(0));
+  const int64_t rows = 512, cols = 2048;
+  const size_t w_bytes = size_t(n_experts) * size_t(rows) * size_t(Format::row_bytes(cols));
+  device_buffer<uint8_t> wg, wu;
+  device_buffer<float> x, y;
+  device_buffer<int32_t> ids;
+  device_buffer<int> flag;
+  const int n_steps = 64;  // id sets cycled through
+  std::vector<int32_t> host_ids(size_t(n_steps * n_pairs));
+  for (size_t i = 0; i < host_ids.size(); ++i) host_ids[i] = int32_t((i * 37 + i / size_t(n_pairs) * 11) % n_experts);
+  if (!wg.allocate(w_bytes).ok() || !wu.allocate(w_bytes).ok() || !fill_bytes(wg.data(), 0x3c, w_bytes).ok() ||
+      !fill_bytes(wu.data(), 0x3c, w_bytes).ok() || !x.allocate(size_t(cols)).ok() ||
+      !fill_bytes(x.data(), 0, x.bytes()).ok() || !y.allocate(size_t(n_pairs * rows)).ok() ||
+      !ids.allocate(host_ids.size()).ok() || !ids.upload(host_ids.data(), host_ids.size()).ok() ||
+      !flag.allocate(1).ok() || !fill_bytes(flag.data(), 0, flag.bytes()).ok()) {
+    state.SkipWithError("allocation failed");
+    return;
+  }
+  auto args = [&](int step) {
+    launch::gemv_args<Format> a;
+    a.w = reinterpret_cast<const typename Format::block*>(wg.data());
+    a.maybe_w_up = reinterpret_cast<const typename Format::block*>(wu.data());
+    a.x = x.data(), a.y = y.data(), a.rows = rows, a.cols = cols, a.epilogue = ops::epilogue::swiglu;
+    a.maybe_expert_ids = ids.data() + step * n_pairs, a.n_pairs = n_pairs, a.n_experts = n_experts;
+    a.x_group_div = n_pairs, a.maybe_error_flag = flag.data();
+    return a;
+  };
+  if (status s = launch::gemv(args(0)); !s.ok()) {
+    state.SkipWithError(s.to_string().c_str());
+    return;
+  }
+  bench::gpu_timer t;
+  int i = 0;
+  for (auto _ : state) {
+    const auto a = args(i++ % n_steps);
+    t.start();
+    (void)launch::gemv(a);
+    state.SetIterationTime(t.stop());
+  }
+  bench::report_bytes(state, 2.0 * n_pairs * double(rows) * double(Format::row_bytes(cols)));
+  state.SetLabel(bench::device_name() + " " + Format::name + " experts");
+#endif
+}
+BENCHMARK_TEMPLATE(bm_gemv_experts, quant::q4_k_format)
+    ->Arg(8)
+    ->ArgName("pairs")
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
 // Qwen3.5-9B decode shapes {rows, cols} x tokens 1, 2, 4, 8.
 void decode_shapes(benchmark::internal::Benchmark* b) {
   for (int64_t tokens : {1, 2, 4, 8}) {
