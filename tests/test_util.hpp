@@ -36,7 +36,8 @@ inline void for_each_order(const std::function<void()>& body) {
     o.order = orders[i];
     o.seed = 1000 + uint64_t(i);
     sim::scoped_options scope(o);
-    CAPTURE(sim::to_string(o.order));
+    const std::string order_name = sim::to_string(o.order);
+    CAPTURE(order_name);
     body();
   }
 #else

@@ -94,6 +94,9 @@ TEST_CASE("router: every policy shape (warps, tokens and rows per block, loads i
   check_exact<traits<256, 8>, float, kernels::router_policy<256, 8, 4, 2, 2>>(19, 160, 62, true);
   // all 8 warps on one row (split-k 8), 2 rows per block; n_embd 200 leaves most slices short
   check_exact<traits<512, 16>, bf16, kernels::router_policy<256, 1, 2, 3, 8>>(3, 200, 63, true);
+  // the same with every slice holding columns (8 warps x 32 lanes x 8 bf16 = 2048 per step), so
+  // each block's second row overwrites live split-k partials: the barrier after the sum matters
+  check_exact<traits<64, 4>, bf16, kernels::router_policy<256, 1, 2, 3, 8>>(2, 2048 + 512, 65, true);
   check_exact<traits<60, 8>, half, kernels::router_policy<128, 3, 2, 1, 2>>(7, 72, 64, false);
 }
 

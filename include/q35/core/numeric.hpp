@@ -88,14 +88,15 @@ Q35_HOST_DEVICE uint16_t float_to_bf16_bits(float f) {
 using half = __half;
 using bf16 = __nv_bfloat16;
 #else
+// Trivially constructible (like the CUDA types), so arrays of them can be copied as bytes.
 struct half {
-  uint16_t bits = 0;
+  uint16_t bits;
   half() = default;
   explicit half(float f) : bits(detail::float_to_half_bits(f)) {}
   operator float() const { return detail::half_bits_to_float(bits); }
 };
 struct bf16 {
-  uint16_t bits = 0;
+  uint16_t bits;
   bf16() = default;
   explicit bf16(float f) : bits(detail::float_to_bf16_bits(f)) {}
   operator float() const { return detail::bf16_bits_to_float(bits); }

@@ -114,14 +114,26 @@ class block_runner {
     make_order(order, n, linear, phase);
     tls_block = &b;
     for (;;) {
+      // Consecutive entries of `order` from one warp form a run, and a run is resumed until none of
+      // its threads can go on. Forward and reverse orders list whole warps, so each warp runs ahead
+      // alone to the next barrier (exposing missing barriers between warps); a shuffled order makes
+      // runs of about one thread, interleaving all threads at every collective.
       bool progress = false;
-      for (int r : order) {
-        auto& t = b.threads[size_t(r)];
-        if (t.state != run_state::ready) continue;
-        progress = true;
-        tls_thread = &t;
-        t.self = std::move(t.self).resume();
-        if (!b.error.empty()) break;
+      for (size_t begin = 0; begin < order.size() && b.error.empty();) {
+        size_t end = begin + 1;
+        while (end < order.size() && order[end] / warp_size == order[begin] / warp_size) ++end;
+        for (bool again = true; again && b.error.empty();) {
+          again = false;
+          for (size_t i = begin; i < end; ++i) {
+            auto& t = b.threads[size_t(order[i])];
+            if (t.state != run_state::ready) continue;
+            progress = again = true;
+            tls_thread = &t;
+            t.self = std::move(t.self).resume();
+            if (!b.error.empty()) break;
+          }
+        }
+        begin = end;
       }
       tls_thread = nullptr;
       if (!b.error.empty()) break;

@@ -16,6 +16,10 @@ namespace q35::sim {
 
 // The order in which the threads of a block run between two barriers. A correct kernel gives the
 // same answer under every order; a missing barrier or a shared-memory race usually does not.
+//   forward, reverse: warp by warp (0 first, or last first); each warp runs ahead alone until all its
+//                     threads wait at the next barrier, so no other warp has run in between.
+//   shuffled:         every thread in a seeded random order, interleaved at every warp collective;
+//                     reshuffled after each barrier.
 enum class thread_order { forward, reverse, shuffled };
 
 struct options {
