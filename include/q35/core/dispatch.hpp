@@ -23,7 +23,7 @@ status dispatch(V v, F&& f) {
   auto try_one = [&](auto constant) {
     if (matched || static_cast<V>(decltype(constant)::value) != v) return;
     matched = true;
-    using r = decltype(f(constant));
+    using r = std::invoke_result_t<F&, decltype(constant)>;
     if constexpr (std::is_same_v<r, status>) {
       result = f(constant);
     } else {
