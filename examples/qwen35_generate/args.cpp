@@ -78,7 +78,7 @@ options parse_args(const std::vector<std::string>& args) {
     f->apply(o, value);
   }
   if (o.cmd == command::help) return o;
-  if (o.cmd == command::none) throw usage_error("no command given (--info, --tokenize or --detokenize)");
+  if (o.cmd == command::none) throw usage_error("no command given (--info, --tokenize, --detokenize or --dump-tensor)");
   if (o.model_path.empty()) throw usage_error("no model file given (-m FILE)");
   if (o.cmd == command::dump_tensor && o.out_path.empty()) throw usage_error("--dump-tensor needs --out PATH");
   return o;
