@@ -20,9 +20,9 @@ enum class command { none, help, info, tokenize, detokenize, dump_tensor };
 
 struct options {
   command cmd = command::none;
-  std::string model_path;  // -m
-  std::string text;        // --tokenize TEXT / --detokenize "ID ID ..."
-  int64_t n_ctx = 4096;    // -c: context size the memory estimate of --info is for
+  std::string model_path;   // -m
+  std::string text;         // --tokenize TEXT / --detokenize "ID ID ..."
+  int64_t n_ctx = 4096;     // -c: context size the memory estimate of --info is for
   std::string tensor_name;  // --dump-tensor NAME
   std::string out_path;     // --out PATH
 };
