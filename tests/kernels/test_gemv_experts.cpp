@@ -139,4 +139,15 @@ TEST_CASE("gemv: validate names the problem") {
   CHECK(launch::validate(c).message().find("is over 2^31 / 64 bytes") != std::string::npos);
 }
 
+TEST_CASE("gemv experts: host-visible ids are rejected before launch, naming pair and id") {
+  const int32_t good[] = {0, 3, 3, 1};
+  const int32_t bad_high[] = {0, 3, 4, 1};
+  const int32_t bad_negative[] = {-1};
+  CHECK(launch::validate_expert_ids(good, 4).ok());
+  const status hi = launch::validate_expert_ids(bad_high, 4);
+  CHECK(hi.code() == status_code::invalid_argument);
+  CHECK(hi.message() == "gemv: expert id 4 of pair 2 is outside [0, 4)");
+  CHECK(launch::validate_expert_ids(bad_negative, 4).message() == "gemv: expert id -1 of pair 0 is outside [0, 4)");
+}
+
 }  // namespace

@@ -5,8 +5,11 @@
 // Expert ids are device-resident (the router writes them on the GPU, and reading them back would
 // stall the decode step), so they cannot be checked before launch: a block whose id is out of
 // [0, n_experts) writes NaN to its pair's rows and sets *maybe_error_flag = 1 (required in expert
-// mode); the caller checks the flag when it next synchronizes.
+// mode); the caller checks the flag when it next synchronizes. Callers that hold the ids on the host
+// (prefill routing read back, tests, tools) reject bad ones before launch with validate_expert_ids.
 #pragma once
+
+#include <span>
 
 #include <cstdint>
 #include <string>
@@ -94,6 +97,17 @@ status run_gemv(const gemv_args<Format>& a, stream_t stream) {
 }
 
 }  // namespace detail
+
+// Host-side check of expert ids before an expert-mode launch: ok, or an error naming the first pair
+// whose id is outside [0, n_experts).
+inline status validate_expert_ids(std::span<const int32_t> ids, int32_t n_experts) {
+  for (size_t p = 0; p < ids.size(); ++p)
+    if (ids[p] < 0 || ids[p] >= n_experts)
+      return error(status_code::invalid_argument, "gemv: expert id " + std::to_string(ids[p]) + " of pair " +
+                                                      std::to_string(p) + " is outside [0, " +
+                                                      std::to_string(n_experts) + ")");
+  return status::success();
+}
 
 // y = W x (or y += W x, or y = silu(W_gate x) * (W_up x)) for a.n_tokens tokens or, in expert mode,
 // for each (token, slot) pair with the expert its id names. Asynchronous on `stream`.
