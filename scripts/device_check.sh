@@ -30,7 +30,7 @@ timeout 150 ctest --test-dir "$build" -R '^cuda\.' --output-on-failure >"$logs/t
 tests_rc=$?
 test_s=$((SECONDS - start - build_s))
 
-timeout 200 "$build/benchmarks/q35_bench_cuda" --benchmark_min_time=0.2 --benchmark_out="$logs/bench.json" \
+timeout 240 "$build/benchmarks/q35_bench_cuda" --benchmark_min_time=0.1 --benchmark_out="$logs/bench.json" \
   --benchmark_out_format=json >"$logs/bench.log" 2>&1
 bench_rc=$?
 
