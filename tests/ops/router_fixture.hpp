@@ -71,12 +71,14 @@ std::vector<WeightT> convert(const std::vector<float>& v) {
   return r;
 }
 
-template <class Traits, class WeightT = float, class Policy = kernels::router_policy_auto>
-router_out run_router(const router_case& c) {
+// Runs the router on c.x with weights already in their storage type: w [n_experts rows], w_shexp
+// [one row] or empty (c.w and c.w_shexp are not read).
+template <class Traits, class WeightT, class Policy = kernels::router_policy_auto>
+router_out run_router_stored(const router_case& c, const std::vector<WeightT>& w, const std::vector<WeightT>& w_shexp) {
   auto d_x = to_device(c.x);
-  auto d_w = to_device(convert<WeightT>(c.w));
+  auto d_w = to_device(w);
   device_buffer<WeightT> d_shexp;
-  if (!c.w_shexp.empty()) d_shexp = to_device(convert<WeightT>(c.w_shexp));
+  if (!w_shexp.empty()) d_shexp = to_device(w_shexp);
   const size_t n = size_t(c.n_tokens);
   auto ids = poisoned<int32_t>(n * size_t(c.k));
   auto weights = poisoned<float>(n * size_t(c.k));
@@ -86,9 +88,9 @@ router_out run_router(const router_case& c) {
   Q35_REQUIRE_OK(ws.allocate(c.n_tokens, c.n_experts));
   launch::router_args<WeightT> a;
   a.n_tokens = c.n_tokens, a.n_embd = c.n_embd, a.n_experts = c.n_experts, a.n_experts_used = c.k;
-  a.x = d_x.data(), a.w_router = d_w.data(), a.maybe_w_shexp = c.w_shexp.empty() ? nullptr : d_shexp.data();
+  a.x = d_x.data(), a.w_router = d_w.data(), a.maybe_w_shexp = w_shexp.empty() ? nullptr : d_shexp.data();
   a.ids = ids.data(), a.weights = weights.data(), a.maybe_k_used = k_used.data();
-  a.maybe_shexp_gate = c.w_shexp.empty() ? nullptr : gate.data();
+  a.maybe_shexp_gate = w_shexp.empty() ? nullptr : gate.data();
   device_buffer<uint64_t> counts;
   Q35_REQUIRE_OK(counts.allocate(size_t(c.n_experts)));
   Q35_REQUIRE_OK(fill_bytes(counts.data(), 0, counts.bytes()));
@@ -97,7 +99,7 @@ router_out run_router(const router_case& c) {
   a.route = c.route;
   Q35_REQUIRE_OK((launch::router<Traits, WeightT, Policy>(a)));
   router_out o{to_host(ids), to_host(weights), to_host(k_used), {}, {}, {}};
-  if (!c.w_shexp.empty()) o.gate = to_host(gate);
+  if (!w_shexp.empty()) o.gate = to_host(gate);
   std::vector<float> l(n * size_t(c.n_experts + 1));
   Q35_REQUIRE_OK(copy(l.data(), ws.view().logits, l.size() * 4, copy_kind::device_to_host));
   std::vector<uint32_t> cnt(n);
@@ -106,6 +108,12 @@ router_out run_router(const router_case& c) {
   o.logits = l, o.counters = cnt;
   o.expert_counts = to_host(counts);
   return o;
+}
+
+template <class Traits, class WeightT = float, class Policy = kernels::router_policy_auto>
+router_out run_router(const router_case& c) {
+  return run_router_stored<Traits, WeightT, Policy>(
+      c, convert<WeightT>(c.w), c.w_shexp.empty() ? std::vector<WeightT>{} : convert<WeightT>(c.w_shexp));
 }
 
 inline reference::route_ref_options ref_options(const ops::route_options& r) {

@@ -95,6 +95,12 @@ status validate(const router_args<WeightT>& a) {
   if (a.n_embd < 1 || a.n_embd % v != 0 || a.n_embd % 4 != 0)
     return bad_router_arg("n_embd = " + str(a.n_embd) + " is not a positive multiple of the vector width " +
                           str(v < 4 ? 4 : v));
+  if constexpr (requires { ops::weight_row<WeightT>::block_elems; }) {
+    constexpr int block = ops::weight_row<WeightT>::block_elems;
+    if (a.n_embd % block != 0)
+      return bad_router_arg("n_embd = " + str(a.n_embd) + " is not a multiple of the weight format's block of " +
+                            str(block));
+  }
   if (a.n_tokens < 0) return bad_router_arg("n_tokens = " + str(a.n_tokens) + " is negative");
   if (a.n_tokens == 0) return status::success();
   if (!a.x) return bad_router_arg("x is null");

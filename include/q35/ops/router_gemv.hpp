@@ -8,6 +8,7 @@
 #include "q35/arch/vector_load.hpp"
 #include "q35/core/config.hpp"
 #include "q35/ops/dense_row.hpp"
+#include "q35/ops/quant_row.hpp"
 #include "q35/warp/reduce.hpp"
 
 namespace q35::ops {

@@ -1,0 +1,92 @@
+// Router weights in the GGUF block formats (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K): logits against float64
+// over the reference dequantization (tests/reference/quant_reference.hpp, ggml's loop order), then
+// routing and the shared-expert gate as for float weights.
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "q35/quant/formats.hpp"
+#include "reference/quant_reference.hpp"
+#include "reference/router_reference.hpp"
+#include "router_fixture.hpp"
+#include "test_util.hpp"
+
+namespace ops_test_router_quant {
+
+using namespace q35;
+
+// n random blocks of Format: random quant bytes, f16 scales small enough that weights stay O(0.1).
+template <class Format>
+std::vector<typename Format::block> random_blocks(int64_t n, uint64_t seed) {
+  using block = typename Format::block;
+  std::mt19937_64 rng(seed);
+  std::vector<block> b(static_cast<size_t>(n));
+  std::vector<uint8_t> bytes(b.size() * sizeof(block));
+  for (auto& v : bytes) v = uint8_t(rng());
+  std::memcpy(b.data(), bytes.data(), bytes.size());
+  std::uniform_real_distribution<float> scale(0.0005f, 0.004f);
+  for (auto& blk : b) {
+    blk.d = to_bits(from_float<half>(scale(rng)));
+    if constexpr (requires { blk.dmin; }) blk.dmin = to_bits(from_float<half>(scale(rng)));
+  }
+  return b;
+}
+
+// The reference dequantization of blocks holding `n` elements.
+template <class Format>
+std::vector<float> dequantized(const std::vector<typename Format::block>& b, int64_t n) {
+  return ref::dequantize(uint32_t(Format::id), reinterpret_cast<const uint8_t*>(b.data()), n);
+}
+
+template <class Format>
+void check_quant_router(int64_t n_tokens, int n_embd, uint64_t seed) {
+  using traits = test::router_traits<64, 4>;
+  CAPTURE(Format::name);
+  CAPTURE(n_tokens);
+  CAPTURE(n_embd);
+  const int64_t blocks_per_row = n_embd / Format::block_elems;
+  auto c = test::make_case(n_tokens, n_embd, traits::n_experts, traits::n_experts_used, seed, false, true);
+  const auto w = random_blocks<Format>(blocks_per_row * traits::n_experts, seed + 10);
+  const auto w_shexp = random_blocks<Format>(blocks_per_row, seed + 11);
+  c.w = dequantized<Format>(w, int64_t(n_embd) * traits::n_experts);
+  c.w_shexp = dequantized<Format>(w_shexp, n_embd);
+  const auto ref = reference::router_logits(c.x, c.w, c.n_tokens, c.n_experts, c.n_embd);
+  test::for_each_order([&] {
+    const auto o = test::run_router_stored<traits>(c, w, w_shexp);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      for (int e = 0; e < c.n_experts; ++e) {
+        double abs_sum = 0;
+        for (int i = 0; i < n_embd; ++i)
+          abs_sum += std::fabs(double(c.w[size_t(e) * n_embd + i]) * c.x[size_t(t * n_embd + i)]);
+        // fp32 accumulation, depth <= n_embd / 16 + 32 per lane and butterfly: (depth) u sum|w x|
+        const double tol = (n_embd / 16 + 64) * std::ldexp(abs_sum, -24);
+        const double got = o.logits[size_t(t) * size_t(c.n_experts + 1) + size_t(e)];
+        REQUIRE(std::fabs(got - ref[size_t(t * c.n_experts + e)]) <= tol);
+      }
+      // route the kernel's own logits with the reference: ids, weights, k_used
+    }
+    std::vector<double> kernel_logits;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const auto l = test::kernel_logits(c, o, t);
+      kernel_logits.insert(kernel_logits.end(), l.begin(), l.end());
+    }
+    test::check_routing(c, o, kernel_logits);
+    test::check_gate(c, o);
+  });
+}
+
+TEST_CASE_TEMPLATE("router: GGUF block-quantized router weights" * test::needs_device(), F, quant::q8_0_format,
+                   quant::q4_0_format, quant::q4_k_format, quant::q5_k_format, quant::q6_k_format) {
+  check_quant_router<F>(1, 512, 77);   // decode policy
+  check_quant_router<F>(11, 256, 78);  // batch policy, a partial last tile
+}
+
+TEST_CASE("router: a quantized n_embd that is not a whole number of blocks is rejected") {
+  using traits = test::router_traits<64, 4>;
+  launch::router_args<quant::block_q4_k> a;
+  a.n_experts = 64, a.n_experts_used = 4, a.n_embd = 128, a.n_tokens = 1;
+  const status s = launch::validate<traits, quant::block_q4_k>(a);
+  CHECK(s.message().find("n_embd = 128 is not a multiple of the weight format's block of 256") != std::string::npos);
+}
+
+}  // namespace ops_test_router_quant
