@@ -241,7 +241,8 @@ TEST_CASE("sim: collective masks that do not name the caller, inactive source la
   }
 }
 
-// Two warps each wait at a different barrier count... classic deadlock: warp 1 waits at a second barrier.
+// Warp 0 calls sync_block() three times, warp 1 twice. Barriers match by count, as on the GPU, so
+// warp 1's second barrier pairs with warp 0's second, and warp 0's third waits for threads that returned.
 struct double_barrier_kernel {
   struct params {
     int* out;
@@ -252,7 +253,7 @@ struct double_barrier_kernel {
   Q35_DEVICE void operator()(const params& p, shared_storage&) const {
     arch::sync_block();
     if (arch::warp_id() == 1) {
-      arch::sync_block();  // warp 0 never comes here: it waits in a collective that warp 1 never joins
+      arch::sync_block();
     } else {
       arch::sync_warp();
       arch::shfl_xor(1, 1, 32, 0xffffffffu);
@@ -268,7 +269,8 @@ TEST_CASE("sim: mismatched barriers are reported, never hang") {
   status s = launch::launch<double_barrier_kernel>({out.data()});
   REQUIRE_FALSE(s.ok());
   INFO(s.message());
-  CHECK(s.message().find("double_barrier_kernel") != std::string::npos);
+  CHECK(s.message().find("double_barrier_kernel: block (0,0,0) thread (0,0,0)") != std::string::npos);
+  CHECK(s.message().find("sync_block() reached by 32 of 64 threads; the others had returned") != std::string::npos);
 }
 
 // Throws through a checked access: a host exception inside a kernel becomes a kernel_fault status.

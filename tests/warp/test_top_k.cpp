@@ -13,7 +13,7 @@
 #include "reference/router_reference.hpp"
 #include "test_util.hpp"
 
-// A named namespace: nvcc's host stub cannot name a kernel declared in an anonymous namespace
+// A named namespace: nvcc's generated host code cannot name a kernel declared in an anonymous namespace
 // when doctest instantiates it from its own nested anonymous namespace.
 namespace q35_test_top_k {
 
