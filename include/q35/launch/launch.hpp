@@ -134,7 +134,11 @@ status launch(const typename K::params& p, stream_t stream = nullptr) {
                                *reinterpret_cast<typename K::shared_storage*>(shared));
                          },
                          &p};
-  return sim::execute(cfg);
+  try {
+    return sim::execute(cfg, sim::current_options());
+  } catch (const std::exception& e) {  // the sim's options from the environment are invalid
+    return error(status_code::invalid_argument, e.what());
+  }
 #endif
 }
 

@@ -53,13 +53,22 @@ inline options options_from_env() {
       o.order = thread_order::reverse;
     } else if (v.rfind("shuffled", 0) == 0) {
       o.order = thread_order::shuffled;
-      if (v.size() > 9 && v[8] == ':') o.seed = std::stoull(v.substr(9));
+      const std::string seed = v.substr(8);
+      if (!seed.empty()) {
+        // ":SEED" with SEED a decimal number
+        if (seed.size() < 2 || seed[0] != ':' || seed.find_first_not_of("0123456789", 1) != std::string::npos ||
+            seed.size() > 20)
+          throw std::invalid_argument("Q35_SIM_ORDER='" + v + "': the seed after 'shuffled:' must be a decimal number");
+        o.seed = std::stoull(seed.substr(1));
+      }
     } else {
       throw std::invalid_argument("Q35_SIM_ORDER='" + v + "': expected forward, reverse or shuffled[:SEED]");
     }
   }
   if (const char* s = std::getenv("Q35_SIM_WORKERS")) {
-    int w = std::atoi(s);
+    const std::string v(s);
+    const int w =
+        v.find_first_not_of("0123456789") == std::string::npos && !v.empty() && v.size() <= 3 ? std::stoi(v) : 0;
     if (w < 1 || w > 256) throw std::invalid_argument(std::string("Q35_SIM_WORKERS='") + s + "': expected 1..256");
     o.workers = w;
   }
