@@ -45,16 +45,7 @@ void check_gemm(int64_t rows, int64_t cols, int64_t n_tokens, epilogue e, uint64
     const auto y = test::to_host(dy);
     int64_t bad = 0;
     for (size_t i = 0; i < y.size(); ++i) {
-      const double eg = ref::fp32_dot_bound(rg[i], cols + 1);
-      double want = rg[i].value, tol = eg;
-      if (e == epilogue::residual) {
-        want = double(h0[i]) + rg[i].value;
-        tol = eg + std::ldexp(std::fabs(want), -24);
-      } else if (e == epilogue::swiglu) {
-        const double ga = rg[i].value, b = ru[i].value, eu = ref::fp32_dot_bound(ru[i], cols + 1);
-        want = ref::silu(ga) * b;
-        tol = 1.1 * eg * (std::fabs(b) + eu) + std::fabs(ref::silu(ga)) * eu + 16 * std::ldexp(std::fabs(want), -24);
-      }
+      const auto [want, tol] = ref::expect(e, rg[i], e == epilogue::swiglu ? &ru[i] : nullptr, h0[i], cols + 1);
       bad += !(std::fabs(double(y[i]) - want) <= tol + 1e-30);
     }
     CHECK(bad == 0);

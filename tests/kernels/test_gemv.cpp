@@ -60,19 +60,8 @@ void check_gemv(int64_t rows, int64_t cols, int n_tokens, gemv_epilogue e, uint6
     const auto y = test::to_host(dy);
     int64_t bad = 0, first = -1;
     for (size_t i = 0; i < y.size(); ++i) {
-      const double eg = ref::fp32_dot_bound(rg[i], chain_depth(cols));
-      double want = rg[i].value, tol = eg;
-      if (e == gemv_epilogue::residual) {
-        // h + W x: the dot's error plus one rounding of the sum
-        want = double(h0[i]) + rg[i].value;
-        tol = eg + std::ldexp(std::fabs(want), -24);
-      } else if (e == gemv_epilogue::swiglu) {
-        // silu(a) * b: |silu'| <= 1.1 carries a's error, |silu(a)| scales b's; plus the float
-        // rounding of silu (fast exp, a few ulp) and of the product
-        const double ga = rg[i].value, b = ru[i].value, eu = ref::fp32_dot_bound(ru[i], chain_depth(cols));
-        want = ref::silu(ga) * b;
-        tol = 1.1 * eg * (std::fabs(b) + eu) + std::fabs(ref::silu(ga)) * eu + 16 * std::ldexp(std::fabs(want), -24);
-      }
+      const auto [want, tol] =
+          ref::expect(e, rg[i], e == gemv_epilogue::swiglu ? &ru[i] : nullptr, h0[i], chain_depth(cols));
       if (!(std::fabs(double(y[i]) - want) <= tol + 1e-30)) {
         if (first < 0) first = int64_t(i);
         ++bad;

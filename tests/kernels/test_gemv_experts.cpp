@@ -67,14 +67,7 @@ void check_experts(const std::vector<int32_t>& ids, int n_experts, int64_t rows,
       const auto rg = ref::matvec(we, xp, rows, cols, 1);
       const auto ru = ref::matvec(wue, xp, rows, cols, 1);
       for (int64_t r = 0; r < rows; ++r) {
-        const double eg = ref::fp32_dot_bound(rg[size_t(r)], cols / warp_size + 8);
-        double want = rg[size_t(r)].value, tol = eg;
-        if (e == gemv_epilogue::swiglu) {
-          const double ga = rg[size_t(r)].value, b = ru[size_t(r)].value;
-          const double eu = ref::fp32_dot_bound(ru[size_t(r)], cols / warp_size + 8);
-          want = ref::silu(ga) * b;
-          tol = 1.1 * eg * (std::fabs(b) + eu) + std::fabs(ref::silu(ga)) * eu + 16 * std::ldexp(std::fabs(want), -24);
-        }
+        const auto [want, tol] = ref::expect(e, rg[size_t(r)], &ru[size_t(r)], 0.0, cols / warp_size + 8);
         bad += !(std::fabs(double(yp[r]) - want) <= tol + 1e-30);
       }
     }

@@ -1,12 +1,11 @@
 // Router weights in the GGUF block formats (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K): logits against float64
-// over the reference dequantization (tests/reference/quant_reference.hpp, ggml's loop order), then
+// over the reference dequantization (tests/kernels/weights.hpp, ggml's loop order), then
 // routing and the shared-expert gate as for float weights.
 #include <cmath>
 #include <cstring>
-#include <random>
 
+#include "kernels/weights.hpp"
 #include "q35/quant/formats.hpp"
-#include "reference/quant_reference.hpp"
 #include "reference/router_reference.hpp"
 #include "router_fixture.hpp"
 #include "test_util.hpp"
@@ -15,27 +14,12 @@ namespace ops_test_router_quant {
 
 using namespace q35;
 
-// n random blocks of Format: random quant bytes, f16 scales small enough that weights stay O(0.1).
+// A [rows][n_embd] tensor of Format from tests/kernels/weights.hpp's random bytes, as block structs.
 template <class Format>
-std::vector<typename Format::block> random_blocks(int64_t n, uint64_t seed) {
-  using block = typename Format::block;
-  std::mt19937_64 rng(seed);
-  std::vector<block> b(static_cast<size_t>(n));
-  std::vector<uint8_t> bytes(b.size() * sizeof(block));
-  for (auto& v : bytes) v = uint8_t(rng());
+std::vector<typename Format::block> as_blocks(const std::vector<uint8_t>& bytes) {
+  std::vector<typename Format::block> b(bytes.size() / sizeof(typename Format::block));
   std::memcpy(b.data(), bytes.data(), bytes.size());
-  std::uniform_real_distribution<float> scale(0.0005f, 0.004f);
-  for (auto& blk : b) {
-    blk.d = to_bits(from_float<half>(scale(rng)));
-    if constexpr (requires { blk.dmin; }) blk.dmin = to_bits(from_float<half>(scale(rng)));
-  }
   return b;
-}
-
-// The reference dequantization of blocks holding `n` elements.
-template <class Format>
-std::vector<float> dequantized(const std::vector<typename Format::block>& b, int64_t n) {
-  return ref::dequantize(uint32_t(Format::id), reinterpret_cast<const uint8_t*>(b.data()), n);
 }
 
 template <class Format>
@@ -44,12 +28,12 @@ void check_quant_router(int64_t n_tokens, int n_embd, uint64_t seed) {
   CAPTURE(Format::name);
   CAPTURE(n_tokens);
   CAPTURE(n_embd);
-  const int64_t blocks_per_row = n_embd / Format::block_elems;
   auto c = test::make_case(n_tokens, n_embd, traits::n_experts, traits::n_experts_used, seed, false, true);
-  const auto w = random_blocks<Format>(blocks_per_row * traits::n_experts, seed + 10);
-  const auto w_shexp = random_blocks<Format>(blocks_per_row, seed + 11);
-  c.w = dequantized<Format>(w, int64_t(n_embd) * traits::n_experts);
-  c.w_shexp = dequantized<Format>(w_shexp, n_embd);
+  const auto w_bytes = test::random_weights<Format>(traits::n_experts, n_embd, seed + 10);
+  const auto shexp_bytes = test::random_weights<Format>(1, n_embd, seed + 11);
+  c.w = test::reference_weights<Format>(w_bytes, int64_t(n_embd) * traits::n_experts);
+  c.w_shexp = test::reference_weights<Format>(shexp_bytes, n_embd);
+  const auto w = as_blocks<Format>(w_bytes), w_shexp = as_blocks<Format>(shexp_bytes);
   const auto ref = reference::router_logits(c.x, c.w, c.n_tokens, c.n_experts, c.n_embd);
   test::for_each_order([&] {
     const auto o = test::run_router_stored<traits>(c, w, w_shexp);

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "q35/ops/epilogue.hpp"
+
 namespace q35::ref {
 
 // The exact-ish result of one output: sum_c w[c] x[c] in float64, and sum_c |w[c] x[c]| for the bound.
@@ -40,5 +42,30 @@ inline double fp32_dot_bound(const dot_result& r, int64_t depth) {
 
 // silu(a) = a / (1 + e^-a) in float64.
 inline double silu(double a) { return a / (1.0 + std::exp(-a)); }
+
+// What one output of an epilogue should be in float64, and how far the fp32 kernel may be from it.
+struct expected_output {
+  double value;
+  double tol;
+};
+
+// g: the dot of W (or W_gate); u: the dot of W_up (swiglu only); h0: the residual before the call
+// (residual only); depth: the fp32 accumulation chain length (see fp32_dot_bound).
+inline expected_output expect(ops::epilogue e, const dot_result& g, const dot_result* u, double h0, int64_t depth) {
+  const double eg = fp32_dot_bound(g, depth);
+  if (e == ops::epilogue::residual) {
+    // h + W x: the dot's error plus one rounding of the sum
+    const double want = h0 + g.value;
+    return {want, eg + std::ldexp(std::fabs(want), -24)};
+  }
+  if (e == ops::epilogue::swiglu) {
+    // silu(a) * b: |silu'| <= 1.1 carries a's error, |silu(a)| scales b's; plus the float rounding
+    // of silu (fast exp, a few ulp) and of the product
+    const double a = g.value, b = u->value, eu = fp32_dot_bound(*u, depth);
+    const double want = silu(a) * b;
+    return {want, 1.1 * eg * (std::fabs(b) + eu) + std::fabs(silu(a)) * eu + 16 * std::ldexp(std::fabs(want), -24)};
+  }
+  return {g.value, eg};
+}
 
 }  // namespace q35::ref
