@@ -38,13 +38,7 @@ void bm_copy_kernel(benchmark::State& state) {
     return;
   }
   const copy_kernel::params p{x.data(), y.data(), bytes / 16};
-  (void)launch::launch<copy_kernel>(p);
-  bench::gpu_timer t;
-  for (auto _ : state) {
-    t.start();
-    (void)launch::launch<copy_kernel>(p);
-    state.SetIterationTime(t.stop());
-  }
+  bench::time_launches(state, [&](int) { return launch::launch<copy_kernel>(p); });
   bench::report_bytes(state, 2.0 * double(bytes));
   state.SetLabel(bench::device_name());
 #endif

@@ -56,18 +56,7 @@ void bm_gemv(benchmark::State& state) {
     a.x = x.data(), a.y = y.data(), a.rows = rows, a.cols = cols, a.n_tokens = n_tokens, a.epilogue = Epilogue;
     return a;
   };
-  if (status s = launch::gemv(args(0)); !s.ok()) {
-    state.SkipWithError(s.to_string().c_str());
-    return;
-  }
-  bench::gpu_timer t;
-  int i = 0;
-  for (auto _ : state) {
-    const auto a = args(i++ % n_rot);
-    t.start();
-    (void)launch::gemv(a);
-    state.SetIterationTime(t.stop());
-  }
+  bench::time_launches(state, [&](int i) { return launch::gemv(args(i % n_rot)); });
   // bytes: every weight once, x once per block row tile is served by L2 (counted once), y written
   bench::report_bytes(state, double(w_bytes * n_mats) + 4.0 * double(n_tokens) * double(cols + rows));
   state.SetLabel(bench::device_name() + " " + Format::name);
@@ -108,18 +97,7 @@ void bm_gemv_experts(benchmark::State& state) {
     a.x_group_div = n_pairs, a.maybe_error_flag = flag.data();
     return a;
   };
-  if (status s = launch::gemv(args(0)); !s.ok()) {
-    state.SkipWithError(s.to_string().c_str());
-    return;
-  }
-  bench::gpu_timer t;
-  int i = 0;
-  for (auto _ : state) {
-    const auto a = args(i++ % n_steps);
-    t.start();
-    (void)launch::gemv(a);
-    state.SetIterationTime(t.stop());
-  }
+  bench::time_launches(state, [&](int i) { return launch::gemv(args(i % n_steps)); });
   bench::report_bytes(state, 2.0 * n_pairs * double(rows) * double(Format::row_bytes(cols)));
   state.SetLabel(bench::device_name() + " " + Format::name + " experts");
 #endif

@@ -57,16 +57,8 @@ void bm_router(benchmark::State& state) {
     rot = (rot + 1) % n_copies;
     return launch::router<traits, float, Policy>(a);
   };
-  if (!step().ok() || !synchronize().ok()) {
-    state.SkipWithError("router launch failed");
-    return;
-  }
-  bench::gpu_timer t;
-  for (auto _ : state) {
-    t.start();
-    for (int r = 0; r < reps; ++r) (void)step();
-    state.SetIterationTime(t.stop() / reps);
-  }
+  bench::time_launches(
+      state, [&](int) { return step(); }, reps);
   // floor: W_r + w_shexp + x read once per step
   const double bytes = double(w_bytes) + double(n_tokens) * NEmbd * sizeof(float);
   bench::report_bytes(state, bytes);

@@ -11,6 +11,7 @@
 
 #include "q35/arch/memory.hpp"
 #include "q35/core/config.hpp"
+#include "q35/core/status.hpp"
 
 namespace q35::bench {
 
@@ -89,6 +90,28 @@ inline std::string device_name() {
   cudaGetDevice(&dev);
   cudaGetDeviceProperties(&p, dev);
   return p.name;
+}
+
+// Times launch(i) (a call returning q35::status; i counts calls, for rotating inputs) with CUDA
+// events, `reps` calls per timed sample. A failed call (warm-up or timed) skips the benchmark with its message.
+template <class Launch>
+void time_launches(benchmark::State& state, Launch&& launch, int reps = 1) {
+  const status warm = launch(0);
+  const status synced = warm.ok() ? synchronize() : warm;
+  if (!synced.ok()) {
+    state.SkipWithError(synced.to_string().c_str());
+    return;
+  }
+  gpu_timer t;
+  int i = 1;
+  std::string failed;  // the first launch error while timing, if any
+  for (auto _ : state) {
+    t.start();
+    for (int r = 0; r < reps; ++r)
+      if (const status ls = launch(i++); !ls.ok() && failed.empty()) failed = ls.to_string();
+    state.SetIterationTime(t.stop() / reps);
+  }
+  if (!failed.empty()) state.SkipWithError(failed.c_str());
 }
 
 #endif  // Q35_BACKEND_CUDA

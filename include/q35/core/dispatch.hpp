@@ -15,32 +15,53 @@
 
 namespace q35 {
 
-template <auto... Values, class V, class F>
-status dispatch(V v, F&& f) {
-  static_assert(sizeof...(Values) > 0, "dispatch needs at least one candidate value");
-  status result = error(status_code::invalid_argument, "");
-  bool matched = false;
-  auto try_one = [&](auto constant) {
-    if (matched || static_cast<V>(decltype(constant)::value) != v) return;
-    matched = true;
+namespace detail {
+
+template <auto... Values, class V>
+status dispatch_unmatched(V v) {
+  std::ostringstream os;
+  os << "value " << +v << " is not supported here (supported:";
+  ((os << ' ' << +static_cast<V>(Values)), ...);
+  os << ')';
+  return error(status_code::invalid_argument, os.str());
+}
+
+// Tries First, then Rest...; All is the whole list, for the error message. Written without status
+// assignments: nvcc warns (#2810-D) on every discarded status& that operator= returns.
+template <class All, auto First, auto... Rest, class V, class F>
+status dispatch_from(V v, F& f) {
+  if (static_cast<V>(First) == v) {
+    const std::integral_constant<V, static_cast<V>(First)> constant{};
     using r = std::invoke_result_t<F&, decltype(constant)>;
     if constexpr (std::is_same_v<r, status>) {
-      result = f(constant);
+      return f(constant);
     } else {
       static_assert(std::is_void_v<r>, "dispatch: f must return void or q35::status");
       f(constant);
-      result = status::success();
+      return status::success();
     }
-  };
-  (try_one(std::integral_constant<V, static_cast<V>(Values)>{}), ...);
-  if (!matched) {
-    std::ostringstream os;
-    os << "value " << +v << " is not supported here (supported:";
-    ((os << ' ' << +static_cast<V>(Values)), ...);
-    os << ')';
-    return error(status_code::invalid_argument, os.str());
   }
-  return result;
+  if constexpr (sizeof...(Rest) > 0) {
+    return dispatch_from<All, Rest...>(v, f);
+  } else {
+    return All::unmatched(v);
+  }
+}
+
+template <auto... Values>
+struct value_list {
+  template <class V>
+  static status unmatched(V v) {
+    return dispatch_unmatched<Values...>(v);
+  }
+};
+
+}  // namespace detail
+
+template <auto... Values, class V, class F>
+status dispatch(V v, F&& f) {
+  static_assert(sizeof...(Values) > 0, "dispatch needs at least one candidate value");
+  return detail::dispatch_from<detail::value_list<Values...>, Values...>(v, f);
 }
 
 }  // namespace q35
