@@ -1,4 +1,4 @@
-// Helpers for the GGUF tests: fixture paths and whole-file reads.
+// Helpers for the GGUF tests: fixture paths, whole-file reads, and the message of a gguf_error.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -6,6 +6,8 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+
+#include "q35/io/gguf_format.hpp"
 
 namespace q35::test {
 
@@ -22,6 +24,17 @@ inline std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   REQUIRE_MESSAGE(in.good(), "cannot read " << path);
   return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The message of the gguf_error f() throws, or `none` when it throws nothing.
+template <class F>
+std::string gguf_error_of(F&& f, const std::string& none = "(no error)") {
+  try {
+    f();
+  } catch (const q35::io::gguf_error& e) {
+    return e.what();
+  }
+  return none;
 }
 
 }  // namespace q35::test

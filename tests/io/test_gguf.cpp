@@ -20,12 +20,7 @@ namespace {
 
 template <class F>
 std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const io::gguf_error& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return q35::test::gguf_error_of(f);
 }
 
 }  // namespace

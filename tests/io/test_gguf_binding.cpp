@@ -19,12 +19,7 @@ namespace {
 
 template <class F>
 std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const io::gguf_error& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return q35::test::gguf_error_of(f);
 }
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }

@@ -20,12 +20,7 @@ namespace {
 
 // The error message of parsing `bytes` (named "bad.gguf"), or "(parsed)".
 std::string parse_error(std::string_view bytes) {
-  try {
-    (void)io::gguf_file::from_memory(bytes, "bad.gguf");
-  } catch (const io::gguf_error& e) {
-    return e.what();
-  }
-  return "(parsed)";
+  return q35::test::gguf_error_of([&] { (void)io::gguf_file::from_memory(bytes, "bad.gguf"); }, "(parsed)");
 }
 
 // Error of small_gguf() after `edit` patched it.
@@ -73,14 +68,7 @@ TEST_CASE("gguf malformed: the unmodified small file parses, with every value ty
 
 TEST_CASE("gguf malformed: accessor errors on odd value types") {
   const auto f = io::gguf_file::from_memory(small_gguf().bytes, "small.gguf");
-  auto err = [](auto&& fn) {
-    try {
-      fn();
-    } catch (const io::gguf_error& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
-  };
+  auto err = [](auto&& fn) { return q35::test::gguf_error_of(fn); };
   CHECK(err([&] { (void)f.get_uint("test.neg"); }) ==
         "small.gguf: key 'test.neg': expected an unsigned value but found -7");
   CHECK(err([&] { (void)f.get_int_array("test.nested"); }) ==
