@@ -6,10 +6,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "matmul_case.hpp"
 #include "q35/launch/gemm.hpp"
 #include "reference/gemv_reference.hpp"
 #include "test_util.hpp"
-#include "weights.hpp"
 
 namespace {
 
@@ -23,29 +23,20 @@ void check_gemm(int64_t rows, int64_t cols, int64_t n_tokens, epilogue e, uint64
   CAPTURE(cols);
   CAPTURE(n_tokens);
   CAPTURE(int(e));
-  const auto wg = test::random_weights<F>(rows, cols, seed);
-  const auto wu = test::random_weights<F>(rows, cols, seed + 1);
-  const auto x = test::random_floats(size_t(n_tokens * cols), seed + 2);
-  const auto h0 = test::random_floats(size_t(n_tokens * rows), seed + 3, -4.0f, 4.0f);
-  const auto rg = ref::matvec(test::reference_weights<F>(wg, rows * cols), x.data(), rows, cols, int(n_tokens));
-  std::vector<ref::dot_result> ru;
-  if (e == epilogue::swiglu)
-    ru = ref::matvec(test::reference_weights<F>(wu, rows * cols), x.data(), rows, cols, int(n_tokens));
-  auto dwg = test::to_device(wg), dwu = test::to_device(wu);
-  auto dx = test::to_device(x);
+  const test::matmul_case<F> c(rows, cols, n_tokens, e, seed);
   test::for_each_order([&] {
-    auto dy = e == epilogue::residual ? test::to_device(h0) : test::poisoned<float>(size_t(n_tokens * rows));
+    auto dy = e == epilogue::residual ? test::to_device(c.h0) : test::poisoned<float>(size_t(n_tokens * rows));
     launch::gemm_args<F> a;
-    a.w = reinterpret_cast<const typename F::block*>(dwg.data());
-    a.maybe_w_up = e == epilogue::swiglu ? reinterpret_cast<const typename F::block*>(dwu.data()) : nullptr;
-    a.x = dx.data();
+    a.w = c.w();
+    a.maybe_w_up = e == epilogue::swiglu ? c.w_up() : nullptr;
+    a.x = c.dx.data();
     a.y = dy.data();
     a.rows = rows, a.cols = cols, a.n_tokens = n_tokens, a.epilogue = e;
     Q35_REQUIRE_OK(launch::gemm(a));
     const auto y = test::to_host(dy);
     int64_t bad = 0;
     for (size_t i = 0; i < y.size(); ++i) {
-      const auto [want, tol] = ref::expect(e, rg[i], e == epilogue::swiglu ? &ru[i] : nullptr, h0[i], cols + 1);
+      const auto [want, tol] = c.expect(e, i, cols + 1);
       bad += !(std::fabs(double(y[i]) - want) <= tol + 1e-30);
     }
     CHECK(bad == 0);
