@@ -119,15 +119,15 @@ TEST_CASE_TEMPLATE("quant: dequant kernel to f16 and bf16 rounds the exact value
 TEST_CASE("quant: dequant validation names the problem" * test::needs_device()) {
   auto src = test::to_device(std::vector<uint8_t>(1024, 0));
   auto dst = test::poisoned<float>(512);
-  status s = launch::dequant(12, src.data(), 300, dst.data());  // q4_K: 300 is not a multiple of 256
+  const status s = launch::dequant(12, src.data(), 300, dst.data());  // q4_K: 300 is not a multiple of 256
   CHECK(s.code() == status_code::invalid_argument);
   CHECK(s.message().find("not a multiple of the block size 256") != std::string::npos);
-  s = launch::dequant<quant::q8_0_format, float>(nullptr, 64, dst.data());
-  CHECK(s.message().find("null pointer") != std::string::npos);
-  s = launch::dequant(1, src.data() + 1, 16, dst.data());  // f16 at an odd address
-  CHECK(s.message().find("not aligned") != std::string::npos);
-  s = launch::dequant(3, src.data(), 32, dst.data());  // q4_1
-  CHECK(s.code() == status_code::unsupported);
+  const status null_src = launch::dequant<quant::q8_0_format, float>(nullptr, 64, dst.data());
+  CHECK(null_src.message().find("null pointer") != std::string::npos);
+  const status odd = launch::dequant(1, src.data() + 1, 16, dst.data());  // f16 at an odd address
+  CHECK(odd.message().find("not aligned") != std::string::npos);
+  const status q4_1 = launch::dequant(3, src.data(), 32, dst.data());
+  CHECK(q4_1.code() == status_code::unsupported);
   Q35_REQUIRE_OK(launch::dequant(12, src.data(), 0, dst.data()));  // empty tensor: nothing to do
 }
 
