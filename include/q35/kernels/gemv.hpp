@@ -43,8 +43,8 @@ struct gemv_kernel {
   static_assert(Policy::vector_bytes == 16, "weights stream through 16-byte loads");
 
   struct params {
-    const block* w;           // [n_experts][rows][cols / block_elems] blocks (n_experts = 1 unless Indexed)
-    const block* maybe_w_up;  // same shape: the up matrix of swiglu (w is the gate), else null
+    const block* w;           // expert e's rows start expert_stride_bytes * e after w (n_experts = 1 unless Indexed)
+    const block* maybe_w_up;  // the up matrix of swiglu (w is the gate; same shape and expert stride), else null
     const float* x;           // [n_x_rows][cols] row-major, 16-byte aligned
     float* y;                 // [n_groups * NTokens][rows] row-major (plain: [n_tokens][rows])
     int64_t rows, cols;
@@ -53,8 +53,9 @@ struct gemv_kernel {
     // Expert mode only:
     const int32_t* maybe_expert_ids;  // [n_groups], device-resident; out-of-range ids set *maybe_error_flag
     int32_t n_experts;
-    int x_group_div;        // group g reads x row g / x_group_div (top-k slots of one token share x)
-    int* maybe_error_flag;  // set to 1 by a block whose expert id is out of range
+    int64_t expert_stride_bytes;  // bytes from expert e's first row to expert e + 1's (w and maybe_w_up alike)
+    int x_group_div;              // group g reads x row g / x_group_div (top-k slots of one token share x)
+    int* maybe_error_flag;        // set to 1 by a block whose expert id is out of range
   };
   struct shared_storage {};
   static size_t dynamic_shared_bytes(const params&) { return size_t(n_mats * rows_per_block * slot_bytes); }
@@ -82,7 +83,7 @@ struct gemv_kernel {
     const int n_tok = Indexed ? 1 : p.n_tokens;
     // Row r of matrix m of this tile starts at w_tile + m * up_offset + r * row_bytes (bytes): few
     // 64-bit values stay live through the loop, so no instance spills.
-    const uint8_t* w_tile = reinterpret_cast<const uint8_t*>(p.w) + (expert * p.rows + row0) * row_bytes;
+    const uint8_t* w_tile = reinterpret_cast<const uint8_t*>(p.w) + expert * p.expert_stride_bytes + row0 * row_bytes;
     const int64_t up_offset =
         n_mats == 2 ? reinterpret_cast<const uint8_t*>(p.maybe_w_up) - reinterpret_cast<const uint8_t*>(p.w) : 0;
     uint8_t* smem = arch::shared_tail<uint8_t>(s);

@@ -37,6 +37,10 @@ struct gemv_args {
   const int32_t* maybe_expert_ids = nullptr;  // [n_pairs], device memory
   int n_pairs = 0;
   int32_t n_experts = 0;
+  // Bytes from expert e's first row to expert e + 1's, for w and maybe_w_up alike; 0: rows * row bytes
+  // (separate, packed tensors). A merged ffn_gate_up_exps [cols, 2 ff, n_experts] has gate rows then up
+  // rows per expert: w = base, maybe_w_up = base + ff row bytes, stride = 2 ff row bytes.
+  int64_t expert_stride_bytes = 0;
   int x_group_div = 1;
   int* maybe_error_flag = nullptr;  // device int, set to 1 on an out-of-range expert id
 };
@@ -71,6 +75,10 @@ status validate(const gemv_args<Format>& a) {
   if (a.n_pairs < 1 || a.n_pairs > 65535) return bad("n_pairs = " + std::to_string(a.n_pairs) + " is outside 1..65535");
   if (a.n_experts < 1) return bad("n_experts must be >= 1");
   if (a.x_group_div < 1) return bad("x_group_div must be >= 1");
+  if (a.expert_stride_bytes != 0 && (a.expert_stride_bytes < a.rows * Format::row_bytes(a.cols) ||
+                                     a.expert_stride_bytes % alignof(typename Format::block) != 0))
+    return bad("expert_stride_bytes = " + std::to_string(a.expert_stride_bytes) +
+               " is smaller than one expert's rows or not aligned to the block struct");
   if (!a.maybe_error_flag)
     return bad("expert mode needs maybe_error_flag (device-resident ids are checked on the device)");
   return status::success();
@@ -91,6 +99,7 @@ status run_gemv(const gemv_args<Format>& a, stream_t stream) {
                                   Indexed ? a.n_pairs : 1,
                                   a.maybe_expert_ids,
                                   a.n_experts,
+                                  a.expert_stride_bytes ? a.expert_stride_bytes : a.rows * Format::row_bytes(a.cols),
                                   a.x_group_div,
                                   a.maybe_error_flag};
   return launch<kernel>(p, stream);

@@ -1,0 +1,112 @@
+// launch::matmul: y = W x for weights whose GGUF format is known only at run time (a quant::weight_view
+// bound from a file), any token count: the GEMV family up to gemv_max_tokens tokens, the GEMM above.
+// launch::matmul_experts: the expert-indexed GEMV over a 3-D weight (MoE), ids on the device.
+// These are what layer-level code (attention, Gated DeltaNet, FFN, the decoder) calls.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "q35/core/status.hpp"
+#include "q35/launch/gemm.hpp"
+#include "q35/launch/gemv.hpp"
+#include "q35/quant/format_list.hpp"
+#include "q35/quant/weight_view.hpp"
+
+namespace q35::launch {
+
+struct matmul_args {
+  quant::weight_view w;           // [rows][cols] (the gate for swiglu); n_mats must be 1
+  quant::weight_view maybe_w_up;  // swiglu: the up matrix, same type and shape as w; else empty
+  const float* x = nullptr;       // [n_tokens][w.cols], 16-byte aligned
+  float* y = nullptr;             // [n_tokens][w.rows] (residual: read and added to)
+  int64_t n_tokens = 1;
+  ops::epilogue epilogue = ops::epilogue::store;
+  // Device scratch of at least matmul_workspace_bytes(w.cols, n_tokens) bytes (e.g. for activations
+  // converted to the engine's input format); may be null when that is 0.
+  void* maybe_workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+// Device scratch one matmul of n_tokens rows of `cols` inputs needs (callers size their workspace
+// with it once, for their largest call).
+inline size_t matmul_workspace_bytes(int64_t cols, int64_t n_tokens) {
+  (void)cols;
+  (void)n_tokens;
+  return 0;
+}
+
+namespace detail {
+inline status bad_matmul(const std::string& m) { return error(status_code::invalid_argument, "launch::matmul: " + m); }
+inline status check_pair(const quant::weight_view& w, const quant::weight_view& up) {
+  if (up.type != w.type || up.rows != w.rows || up.cols != w.cols)
+    return bad_matmul("the up matrix differs from the gate in type or shape");
+  return status::success();
+}
+}  // namespace detail
+
+// y = W x, y += W x, or y = silu(W_gate x) * (W_up x), for n_tokens >= 0 tokens. Asynchronous.
+inline status matmul(const matmul_args& a, stream_t stream = nullptr) {
+  if (a.w.n_mats != 1)
+    return detail::bad_matmul("w has " + std::to_string(a.w.n_mats) + " matrices; use matmul_experts");
+  if ((a.epilogue == ops::epilogue::swiglu) != !a.maybe_w_up.empty())
+    return detail::bad_matmul("swiglu needs maybe_w_up, and only swiglu takes it");
+  if (!a.maybe_w_up.empty()) Q35_TRY(detail::check_pair(a.w, a.maybe_w_up));
+  if (a.n_tokens < 0) return detail::bad_matmul("n_tokens = " + std::to_string(a.n_tokens) + " is negative");
+  if (a.n_tokens == 0 || a.w.rows == 0) return status::success();
+  return quant::with_format(a.w.type, [&](auto tag) -> status {
+    using F = typename decltype(tag)::type;
+    using block = typename F::block;
+    const auto* w = static_cast<const block*>(a.w.data);
+    const auto* up = static_cast<const block*>(a.maybe_w_up.data);
+    if (a.n_tokens <= gemv_max_tokens) {
+      gemv_args<F> g;
+      g.w = w, g.maybe_w_up = up, g.x = a.x, g.y = a.y, g.rows = a.w.rows, g.cols = a.w.cols;
+      g.n_tokens = int(a.n_tokens), g.epilogue = a.epilogue;
+      return gemv<F>(g, stream);
+    }
+    gemm_args<F> g;
+    g.w = w, g.maybe_w_up = up, g.x = a.x, g.y = a.y, g.rows = a.w.rows, g.cols = a.w.cols;
+    g.n_tokens = a.n_tokens, g.epilogue = a.epilogue;
+    return gemm<F>(g, stream);
+  });
+}
+
+struct matmul_experts_args {
+  quant::weight_view w;                 // [n_mats = n_experts][rows][cols] (the gate for swiglu), any matrix stride
+  quant::weight_view maybe_w_up;        // swiglu: the up matrices (same type, shape and stride), else empty
+  const int32_t* expert_ids = nullptr;  // [n_pairs], device memory
+  int n_pairs = 0;
+  const float* x = nullptr;  // [n_pairs / x_group_div][cols]: pair p reads row p / x_group_div
+  int x_group_div = 1;
+  float* y = nullptr;  // [n_pairs][rows]
+  ops::epilogue epilogue = ops::epilogue::store;
+  int* error_flag = nullptr;        // device int, set to 1 when an id is outside [0, n_experts)
+  void* maybe_workspace = nullptr;  // as matmul_args: matmul_workspace_bytes(w.cols, n_pairs / x_group_div)
+  size_t workspace_bytes = 0;
+};
+
+// y[p] = W[ids[p]] x[p / x_group_div] (+ epilogue) for every pair p. Asynchronous.
+inline status matmul_experts(const matmul_experts_args& a, stream_t stream = nullptr) {
+  if ((a.epilogue == ops::epilogue::swiglu) != !a.maybe_w_up.empty())
+    return detail::bad_matmul("swiglu needs maybe_w_up, and only swiglu takes it");
+  if (!a.maybe_w_up.empty()) {
+    Q35_TRY(detail::check_pair(a.w, a.maybe_w_up));
+    if (a.maybe_w_up.stride_bytes() != a.w.stride_bytes())
+      return detail::bad_matmul("the up matrices have another expert stride than the gates");
+  }
+  if (a.n_pairs == 0 || a.w.rows == 0) return status::success();
+  return quant::with_format(a.w.type, [&](auto tag) -> status {
+    using F = typename decltype(tag)::type;
+    using block = typename F::block;
+    gemv_args<F> g;
+    g.w = static_cast<const block*>(a.w.data);
+    g.maybe_w_up = static_cast<const block*>(a.maybe_w_up.data);
+    g.x = a.x, g.y = a.y, g.rows = a.w.rows, g.cols = a.w.cols, g.epilogue = a.epilogue;
+    g.maybe_expert_ids = a.expert_ids, g.n_pairs = a.n_pairs, g.n_experts = int32_t(a.w.n_mats);
+    g.expert_stride_bytes = a.w.stride_bytes(), g.x_group_div = a.x_group_div, g.maybe_error_flag = a.error_flag;
+    return gemv<F>(g, stream);
+  });
+}
+
+}  // namespace q35::launch
