@@ -90,6 +90,70 @@ TEST_CASE("gemv experts: 35B-A3B gate/up shape, top-8 of 256" * test::needs_devi
   check_experts<quant::q4_k_format>({17, 255, 0, 128, 64, 3, 200, 99}, 256, 512, 2048, 8, gemv_epilogue::swiglu, 61);
 }
 
+// A merged ffn_gate_up_exps tensor [n_experts][2 ff][cols]: expert e's gate rows then its up rows in
+// one allocation. w = base, maybe_w_up = base + ff rows, expert stride = 2 ff rows: pair p must read
+// rows [2 ff id, 2 ff id + ff) and [2 ff id + ff, 2 ff (id + 1)) (ids >= 1 catch a stride taken
+// as ff rows, or an up pointer taken relative to another allocation). store and residual read the
+// gate half alone through the same stride.
+template <class F>
+void check_merged_gate_up(const std::vector<int32_t>& ids, int n_experts, int64_t ff, int64_t cols, int x_group_div,
+                          gemv_epilogue e, uint64_t seed) {
+  CAPTURE(F::name);
+  CAPTURE(int(e));
+  const int n_pairs = int(ids.size());
+  const int n_x = (n_pairs + x_group_div - 1) / x_group_div;
+  const int64_t row_bytes = F::row_bytes(cols);
+  const auto w = test::random_weights<F>(n_experts * 2 * ff, cols, seed);
+  const auto x = test::random_floats(size_t(n_x * cols), seed + 1);
+  const auto h0 = test::random_floats(size_t(n_pairs * ff), seed + 2, -4.0f, 4.0f);
+  const auto dw = test::reference_weights<F>(w, n_experts * 2 * ff * cols);
+  auto dev_w = test::to_device(w);
+  auto dx = test::to_device(x);
+  auto dids = test::to_device(ids);
+  test::for_each_order([&] {
+    auto dy = e == gemv_epilogue::residual ? test::to_device(h0) : test::poisoned<float>(size_t(n_pairs * ff));
+    auto flag = test::to_device(std::vector<int>{0});
+    launch::gemv_args<F> a;
+    a.w = reinterpret_cast<const typename F::block*>(dev_w.data());
+    a.maybe_w_up = e == gemv_epilogue::swiglu
+                       ? reinterpret_cast<const typename F::block*>(dev_w.data() + ff * row_bytes)
+                       : nullptr;
+    a.expert_stride_bytes = 2 * ff * row_bytes;
+    a.x = dx.data(), a.y = dy.data(), a.rows = ff, a.cols = cols, a.epilogue = e;
+    a.maybe_expert_ids = dids.data(), a.n_pairs = n_pairs, a.n_experts = n_experts;
+    a.x_group_div = x_group_div, a.maybe_error_flag = flag.data();
+    Q35_REQUIRE_OK(launch::gemv(a));
+    const auto y = test::to_host(dy);
+    CHECK(test::to_host(flag)[0] == 0);
+    int64_t bad = 0;
+    for (int p = 0; p < n_pairs; ++p) {
+      const int64_t id = ids[size_t(p)];
+      const auto gate_begin = dw.begin() + 2 * ff * id * cols;
+      const std::vector<float> wg(gate_begin, gate_begin + ff * cols),
+          wu(gate_begin + ff * cols, gate_begin + 2 * ff * cols);
+      const float* xp = x.data() + (p / x_group_div) * cols;
+      const auto rg = ref::matvec(wg, xp, ff, cols, 1), ru = ref::matvec(wu, xp, ff, cols, 1);
+      for (int64_t r = 0; r < ff; ++r) {
+        const auto [want, tol] =
+            ref::expect(e, rg[size_t(r)], &ru[size_t(r)], h0[size_t(p * ff + r)], cols / warp_size + 8);
+        bad += !(std::fabs(double(y[size_t(p * ff + r)]) - want) <= tol + 1e-30);
+      }
+    }
+    CHECK(bad == 0);
+  });
+}
+
+TEST_CASE_TEMPLATE("gemv experts: merged gate_up tensor, expert ids >= 1, every epilogue" * test::needs_device(), F,
+                   quant::f32_format, quant::f16_format, quant::bf16_format, quant::q8_0_format, quant::q4_0_format,
+                   quant::q4_k_format, quant::q5_k_format, quant::q6_k_format) {
+  const int64_t cols = 2 * (F::block_elems > 16 ? F::block_elems : 16);
+  // 6 pairs = 3 tokens x top-2 over 4 experts; expert 3 (the last) twice, expert 0 once
+  const std::vector<int32_t> ids = {3, 1, 2, 3, 0, 2};
+  check_merged_gate_up<F>(ids, 4, 11, cols, 2, gemv_epilogue::swiglu, 71);
+  check_merged_gate_up<F>(ids, 4, 11, cols, 1, gemv_epilogue::store, 72);
+  check_merged_gate_up<F>(ids, 4, 11, cols, 1, gemv_epilogue::residual, 73);
+}
+
 TEST_CASE("gemv: validate names the problem") {
   launch::gemv_args<quant::q4_k_format> a;
   alignas(16) static float x[512];
