@@ -48,14 +48,16 @@ struct gemv_args {
 // Largest token count one plain GEMV pass serves.
 inline constexpr int gemv_max_tokens = 8;
 
+// Every message is built only on the failing path: a call that passes allocates nothing.
 template <quant::weight_format Format>
 status validate(const gemv_args<Format>& a) {
-  const std::string what = std::string("gemv ") + Format::name + ": ";
-  auto bad = [&](const std::string& m) { return error(status_code::invalid_argument, what + m); };
+  auto bad = [](const std::string& m) {
+    return error(status_code::invalid_argument, std::string("gemv ") + Format::name + ": " + m);
+  };
+  constexpr int64_t min_cols = Format::block_elems > quant::unit_elems ? Format::block_elems : quant::unit_elems;
   if (a.rows < 0 || a.cols <= 0) return bad("rows must be >= 0 and cols > 0");
-  if (a.cols % Format::block_elems != 0 || a.cols % quant::unit_elems != 0)
-    return bad("cols = " + std::to_string(a.cols) + " is not a multiple of the block size " +
-               std::to_string(Format::block_elems > quant::unit_elems ? Format::block_elems : quant::unit_elems));
+  if (a.cols % min_cols != 0)
+    return bad("cols = " + std::to_string(a.cols) + " is not a multiple of the block size " + std::to_string(min_cols));
   // the kernel offsets a block's rows with 32-bit ints: rows_per_block (<= 64) rows must fit 2^31 bytes
   if (Format::row_bytes(a.cols) > INT32_MAX / 64)
     return bad("a row of " + std::to_string(a.cols) + " columns is over 2^31 / 64 bytes");
