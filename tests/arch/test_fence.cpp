@@ -48,6 +48,15 @@ struct last_block_sum_kernel {
   }
 };
 
+// What this case proves depends on the backend:
+// - cuda (a GPU): the fences. Without the writer's fence the counter can be seen before the partial and
+//   the last block sums a stale (poisoned: NaN) partial; without the reader's fence its loads may be
+//   ordered before the atomic. A missing fence is a race, so a pass is evidence, not proof.
+// - sim: only the counter logic (exactly one last block, the reset for the next launch, every partial
+//   summed) across thread orders (and two workers in CI's second run). It passes with both fences deleted: the blocks
+//   of one worker run one after another, and between workers x86 keeps stores in program order and the atomic is a
+//   locked instruction, so a partial is always visible before the count that publishes it. The sim cannot delay plain
+//   stores (they are ordinary host stores it does not see), so it has no mode that would expose a missing fence.
 TEST_CASE("arch: thread_fence + atomic counter lets the last block read every block's result" * test::needs_device()) {
   const int n_blocks = 61;
   auto x = test::random_floats(size_t(n_blocks) * 128, 70);

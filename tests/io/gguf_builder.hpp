@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -18,10 +19,11 @@ struct gguf_builder {
   std::vector<std::pair<size_t, std::string>> marks;
 
   void mark(std::string what) { marks.emplace_back(bytes.size(), std::move(what)); }
+  // Offset of the mark `what`; an unknown mark is a bug in the test and throws (failing the case).
   size_t at(std::string_view what) const {
     for (const auto& [off, w] : marks)
       if (w == what) return off;
-    return size_t(-1);
+    throw std::out_of_range("gguf_builder: no mark '" + std::string(what) + "'");
   }
 
   template <class T>
@@ -34,6 +36,9 @@ struct gguf_builder {
   }
   template <class T>
   void patch(size_t offset, T v) {
+    if (offset > bytes.size() || bytes.size() - offset < sizeof(T))
+      throw std::out_of_range("gguf_builder: patch of " + std::to_string(sizeof(T)) + " bytes at offset " +
+                              std::to_string(offset) + " of a " + std::to_string(bytes.size()) + "-byte file");
     std::memcpy(bytes.data() + offset, &v, sizeof(T));
   }
   void pad_to(size_t alignment) {

@@ -20,6 +20,9 @@ inline std::string shared_fixture(const std::string& name) {
   return std::ifstream(p).good() ? p : std::string();
 }
 
+// Decorator for cases on a ../shared fixture: doctest reports the case as skipped when it is absent.
+inline auto needs_shared_fixture(const std::string& name) { return doctest::skip(shared_fixture(name).empty()); }
+
 inline std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   REQUIRE_MESSAGE(in.good(), "cannot read " << path);

@@ -143,17 +143,23 @@ TEST_CASE("gguf: accessor errors name the file, the key, and expected vs found")
   CHECK(error_of([&] { (void)io::gguf_file::open(data_path("README.md")); }).find("bad magic 0x") != std::string::npos);
 }
 
-TEST_CASE("gguf: the large F32 fixtures from ../shared parse when present") {
-  for (const char* name : {"tiny_dense.gguf", "tiny_moe.gguf"}) {
-    const std::string p = q35::test::shared_fixture(name);
-    if (p.empty()) {
-      MESSAGE("skipped: ../shared/fixtures/" << name << " is not present");
-      continue;
-    }
-    const auto f = io::gguf_file::open(p);
-    CHECK(f.tensors().size() == (std::string(name) == "tiny_dense.gguf" ? 56u : 76u));
-    for (const auto& t : f.tensors()) CHECK(t.ggml() == io::ggml_type::f32);
-  }
+// The large F32 fixtures live only in ../shared/fixtures: without them these cases are reported as skipped.
+static void check_shared_f32_fixture(const char* name, size_t n_tensors) {
+  const std::string p = q35::test::shared_fixture(name);
+  REQUIRE(!p.empty());
+  const auto f = io::gguf_file::open(p);
+  CHECK(f.tensors().size() == n_tensors);
+  for (const auto& t : f.tensors()) CHECK(t.ggml() == io::ggml_type::f32);
+}
+
+TEST_CASE("gguf: the F32 fixture ../shared/fixtures/tiny_dense.gguf parses" *
+          q35::test::needs_shared_fixture("tiny_dense.gguf")) {
+  check_shared_f32_fixture("tiny_dense.gguf", 56);
+}
+
+TEST_CASE("gguf: the F32 fixture ../shared/fixtures/tiny_moe.gguf parses" *
+          q35::test::needs_shared_fixture("tiny_moe.gguf")) {
+  check_shared_f32_fixture("tiny_moe.gguf", 76);
 }
 
 TEST_CASE("gguf: open() reports empty files, directories and damaged files like from_memory()") {

@@ -54,18 +54,24 @@ TEST_CASE("binding: each committed fixture binds to its traits") {
         m::tiny_interleaved::name);
 }
 
-TEST_CASE("binding: the F32 fixtures from ../shared bind when present") {
-  for (const char* name : {"tiny_dense.gguf", "tiny_moe.gguf"}) {
-    const std::string p = q35::test::shared_fixture(name);
-    if (p.empty()) {
-      MESSAGE("skipped: ../shared/fixtures/" << name << " is not present");
-      continue;
-    }
-    const auto f = io::gguf_file::open(p);
-    const io::bound_model b = io::bind_model(f);
-    CHECK(b.traits_name == (std::string(name) == "tiny_dense.gguf" ? m::tiny_dense::name : m::tiny_moe::name));
-    for (const io::tensor_info& t : f.tensors()) CHECK(t.ggml() == io::ggml_type::f32);
-  }
+// The F32 fixtures live only in ../shared/fixtures: without them these cases are reported as skipped.
+static void check_shared_f32_binding(const char* name, std::string_view traits_name) {
+  const std::string p = q35::test::shared_fixture(name);
+  REQUIRE(!p.empty());
+  const auto f = io::gguf_file::open(p);
+  const io::bound_model b = io::bind_model(f);
+  CHECK(b.traits_name == traits_name);
+  for (const io::tensor_info& t : f.tensors()) CHECK(t.ggml() == io::ggml_type::f32);
+}
+
+TEST_CASE("binding: the F32 fixture ../shared/fixtures/tiny_dense.gguf binds" *
+          q35::test::needs_shared_fixture("tiny_dense.gguf")) {
+  check_shared_f32_binding("tiny_dense.gguf", m::tiny_dense::name);
+}
+
+TEST_CASE("binding: the F32 fixture ../shared/fixtures/tiny_moe.gguf binds" *
+          q35::test::needs_shared_fixture("tiny_moe.gguf")) {
+  check_shared_f32_binding("tiny_moe.gguf", m::tiny_moe::name);
 }
 
 TEST_CASE("binding: hyper-parameters read from the dense fixture (fixture README, spec 3.2)") {

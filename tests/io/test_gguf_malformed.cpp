@@ -311,30 +311,123 @@ TEST_CASE("gguf malformed: arrays nested too deeply") {
 TEST_CASE("gguf malformed: names with control bytes are escaped in messages") {
   gguf_builder b = small_gguf();
   b.bytes[b.at("name of tensor info 1") + 8] = '\n';
-  b.patch<uint32_t>(b.at("type of tensor '\n'") == size_t(-1) ? b.at("type of tensor 'b'") : 0, 99);
+  b.patch<uint32_t>(b.at("type of tensor 'b'"), 99);  // marks keep the names they were written with
   CHECK(parse_error(b.bytes) == "bad.gguf: tensor '\\x0a': unknown ggml type id 99");
 }
 
-TEST_CASE("gguf malformed: random byte edits of a fixture's header never crash") {
+TEST_CASE("gguf malformed: random byte edits of a fixture's header never crash, and a parse stays in bounds") {
   const std::string good = q35::test::read_bytes(q35::test::data_path("tiny_dense_q4km.gguf"));
   const auto f = io::gguf_file::from_memory(good, "good.gguf");
   const size_t header = f.data_offset();
   std::mt19937_64 rng(12345);
-  int parsed = 0, rejected = 0;
   for (int trial = 0; trial < 200; ++trial) {
     std::string bytes = good;
     const int edits = 1 + int(rng() % 4);
     for (int e = 0; e < edits; ++e) bytes[rng() % header] = char(rng());
-    const std::string msg = parse_error(bytes);
-    if (msg == "(parsed)") {
-      ++parsed;
-    } else {
-      ++rejected;
-      CHECK(msg.rfind("bad.gguf: ", 0) == 0);
+    CAPTURE(trial);
+    try {
+      const auto g = io::gguf_file::from_memory(bytes, "bad.gguf");
+      // Whatever the edit changed, every tensor's bytes lie inside the file.
+      for (const io::tensor_info& t : g.tensors()) {
+        CHECK(t.offset % g.alignment() == 0);
+        CHECK(g.data_offset() + t.offset + t.n_bytes <= g.file_bytes());
+        CHECK(t.data - (g.data_offset() + t.offset) ==
+              g.tensors().front().data - (g.data_offset() + g.tensors().front().offset));
+      }
+    } catch (const io::gguf_error& e) {
+      CHECK(std::string(e.what()).rfind("bad.gguf: ", 0) == 0);
     }
   }
-  MESSAGE("random header edits: " << parsed << " parsed, " << rejected << " rejected");
-  CHECK(parsed + rejected == 200);
+}
+
+// Single edits whose outcome the edited field decides: each trial picks a metadata entry of the
+// fixture and one kind of edit, and asserts the exact result.
+TEST_CASE("gguf malformed: a random edit of one metadata field has the outcome that field determines") {
+  const std::string good = q35::test::read_bytes(q35::test::data_path("tiny_dense_q4km.gguf"));
+  const auto f = io::gguf_file::from_memory(good, "good.gguf");
+  const uint8_t* base = f.tensors().front().data - f.data_offset() - f.tensors().front().offset;
+  const auto offset_of = [&](const void* p) { return size_t(static_cast<const uint8_t*>(p) - base); };
+  // The parsed metadata entry as bytes: key, type, element type, count and the value's bytes.
+  const auto entry = [](const io::gguf_kv& kv) {
+    return std::string(kv.key) + '|' + std::to_string(int(kv.type)) + '|' + std::to_string(int(kv.elem_type)) + '|' +
+           std::to_string(kv.count) + '|' + std::string(reinterpret_cast<const char*>(kv.value), kv.value_bytes);
+  };
+  std::mt19937_64 rng(777);
+  int n_parsed = 0, n_rejected = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    const size_t i = rng() % f.metadata().size();
+    const io::gguf_kv& kv = f.metadata()[i];
+    if (kv.key == "general.alignment") continue;     // its value and presence move the data section
+    const size_t key_at = offset_of(kv.key.data());  // first byte of the key; its u64 length is before it
+    const size_t type_at = key_at + kv.key.size();
+    std::string bytes = good;
+    const int kind = trial % 4;
+    CAPTURE(trial);
+    CAPTURE(kind);
+    CAPTURE(kv.key);
+    if (kind == 0 && kv.type != io::gguf_type::array) {
+      // A byte of a scalar value or of a string's characters: parses; only that value changes.
+      const size_t first = offset_of(kv.value) + (kv.type == io::gguf_type::string ? 8 : 0);
+      const size_t n = offset_of(kv.value) + kv.value_bytes - first;
+      if (n == 0) continue;
+      const size_t at = first + rng() % n;
+      bytes[at] = char(uint8_t(bytes[at]) ^ uint8_t(1 + rng() % 255));
+      const auto g = io::gguf_file::from_memory(bytes, "bad.gguf");
+      REQUIRE(g.metadata().size() == f.metadata().size());
+      for (size_t k = 0; k < f.metadata().size(); ++k) {
+        const io::gguf_kv& e = g.metadata()[k];
+        if (k != i) {
+          CHECK(entry(e) == entry(f.metadata()[k]));
+        } else {
+          CHECK(e.key == kv.key);
+          CHECK(std::string_view(reinterpret_cast<const char*>(e.value), e.value_bytes) ==
+                std::string_view(bytes).substr(offset_of(kv.value), kv.value_bytes));
+          CHECK(entry(e) != entry(kv));
+        }
+      }
+      REQUIRE(g.tensors().size() == f.tensors().size());
+      for (size_t k = 0; k < f.tensors().size(); ++k) CHECK(g.tensors()[k].n_bytes == f.tensors()[k].n_bytes);
+      ++n_parsed;
+    } else if (kind == 1) {
+      // The value type becomes an id past the last type: rejected naming the key and the id.
+      const uint32_t t = io::gguf_type_count + uint32_t(rng() % 100000);
+      std::memcpy(bytes.data() + type_at, &t, 4);
+      CHECK(parse_error(bytes) == "bad.gguf: key '" + std::string(kv.key) + "': unknown value type " +
+                                      std::to_string(t) + " (expected 0..12)");
+      ++n_rejected;
+    } else if (kind == 2) {
+      // The key's length runs past the end of the file: rejected naming the entry, offset and what remains.
+      const uint64_t len = good.size() - key_at + 1 + rng() % (uint64_t(1) << 40);
+      std::memcpy(bytes.data() + key_at - 8, &len, 8);
+      CHECK(parse_error(bytes) == "bad.gguf: key of metadata entry " + std::to_string(i) + ": string length " +
+                                      std::to_string(len) + " at offset " + std::to_string(key_at - 8) +
+                                      " runs past the end of the file (" + std::to_string(good.size() - key_at) +
+                                      " bytes remain)");
+      ++n_rejected;
+    } else if (kind == 3 && !kv.key.empty()) {
+      // A character of the key: the entry is found under the new key (or, if that names another
+      // entry, the file is rejected as holding a duplicate key).
+      const size_t at = key_at + rng() % kv.key.size();
+      bytes[at] = char(uint8_t(bytes[at]) ^ uint8_t(1 + rng() % 255));
+      const std::string new_key = bytes.substr(key_at, kv.key.size());
+      if (const io::gguf_kv* other = f.find(new_key)) {
+        const size_t j = size_t(other - f.metadata().data());
+        CHECK(parse_error(bytes).find("duplicate key") != std::string::npos);
+        CHECK(j != i);
+        ++n_rejected;
+      } else {
+        const auto g = io::gguf_file::from_memory(bytes, "bad.gguf");
+        CHECK(!g.has(kv.key));
+        REQUIRE(g.find(new_key));
+        CHECK(std::string_view(reinterpret_cast<const char*>(g.find(new_key)->value), g.find(new_key)->value_bytes) ==
+              std::string_view(reinterpret_cast<const char*>(kv.value), kv.value_bytes));
+        ++n_parsed;
+      }
+    }
+  }
+  // The trials covered both outcomes (the seed is fixed: these counts are exact properties of the test).
+  CHECK(n_parsed > 20);
+  CHECK(n_rejected > 20);
 }
 
 TEST_CASE("gguf malformed: a fixture truncated inside each metadata value or the data names the key or tensor") {
@@ -361,4 +454,34 @@ TEST_CASE("gguf malformed: a fixture truncated inside each metadata value or the
   const std::string msg = parse_error(std::string_view(good).substr(0, good.size() - 1));
   CHECK(msg.find("tensor '" + last->name + "': data of " + std::to_string(last->n_bytes) + " bytes") !=
         std::string::npos);
+}
+
+TEST_CASE("gguf malformed: a huge array parses but is not copied into memory beyond the limit") {
+  // 2^24 + 1 one-byte integers: 16 MiB in the file, 128 MiB as int64_t.
+  const uint64_t n = io::max_array_elements + 1;
+  gguf_builder b;
+  b.header(3, 0, 2);
+  b.array_head(0, "big", uint32_t(io::gguf_type::uint8), n);
+  b.bytes.append(size_t(n), '\x01');
+  b.array_head(1, "words", uint32_t(io::gguf_type::string), 5);
+  for (int i = 0; i < 5; ++i) b.put_string("w");
+  const auto f = io::gguf_file::from_memory(b.bytes, "big.gguf");
+  CHECK(f.array_size("big") == n);
+  CHECK(q35::test::gguf_error_of([&] { (void)f.get_int_array("big"); }) ==
+        "big.gguf: key 'big': array of 16777217 elements is more than the 16777216 q35 copies into memory");
+  // A caller's own, smaller limit (read_hparams: one value per layer, at most 4096 layers).
+  CHECK(q35::test::gguf_error_of([&] { (void)f.get_string_array("words", 4); }) ==
+        "big.gguf: key 'words': array of 5 elements is more than the 4 q35 copies into memory");
+  CHECK(f.get_string_array("words", 5).size() == 5);
+}
+
+TEST_CASE("gguf malformed: a tensor with ne[0] = 0 and a row count that overflows is rejected") {
+  // n_elements = 0 whatever the other dimensions, so only the checked row count catches 2^32 * 2^32 rows.
+  gguf_builder b;
+  b.header(3, 1, 1);
+  b.kv_head(0, "general.architecture", uint32_t(io::gguf_type::string));
+  b.put_string("qwen35");
+  b.tensor_info(0, "z", {0, uint64_t(1) << 32, uint64_t(1) << 32}, 0, 0);
+  b.pad_to(32);
+  CHECK(parse_error(b.bytes) == "bad.gguf: tensor 'z': byte size overflows uint64");
 }

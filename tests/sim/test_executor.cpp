@@ -347,7 +347,9 @@ struct top4_of_64_kernel {
   }
 };
 
-TEST_CASE("sim: warp-per-token top-4 of 64 over 4096 tokens runs well under a second") {
+// Correctness only: a wall-clock bound would be flaky on a shared CI machine (CI runs this binary a
+// second time on two workers of two cores). The time is printed for whoever watches sim speed.
+TEST_CASE("sim: warp-per-token top-4 of 64 over 4096 tokens") {
   const int n = 4096;
   auto logits = test::random_floats(size_t(n) * 64, 3);
   auto d_logits = test::to_device(logits);
@@ -355,8 +357,7 @@ TEST_CASE("sim: warp-per-token top-4 of 64 over 4096 tokens runs well under a se
   const auto t0 = std::chrono::steady_clock::now();
   Q35_REQUIRE_OK(launch::launch<top4_of_64_kernel>({d_logits.data(), d_ids.data(), n}));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  MESSAGE("top-4 of 64, 4096 tokens on sim: " << seconds * 1e3 << " ms");
-  CHECK(seconds < 0.5);
+  MESSAGE("top-4 of 64, 4096 tokens on sim: " << seconds * 1e3 << " ms (informational, not asserted)");
   auto ids = test::to_host(d_ids);
   for (int t = 0; t < n; ++t) {
     std::vector<int> idx(64);

@@ -39,6 +39,8 @@ inline status device_alloc(void** ptr, size_t bytes) {
 #if Q35_BACKEND_CUDA
   return detail::cuda_status(cudaMalloc(ptr, bytes), "cudaMalloc", status_code::out_of_memory);
 #else
+  if (bytes > SIZE_MAX - 255)
+    return error(status_code::out_of_memory, "sim: cannot allocate " + std::to_string(bytes) + " bytes");
   *ptr = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
   if (!*ptr) return error(status_code::out_of_memory, "sim: cannot allocate " + std::to_string(bytes) + " bytes");
   return status::success();
@@ -127,6 +129,9 @@ class device_buffer {
     device_free(ptr_);
     ptr_ = nullptr;
     size_ = 0;
+    if (n > SIZE_MAX / sizeof(T))
+      return error(status_code::out_of_memory, "device_buffer::allocate: " + std::to_string(n) + " elements of " +
+                                                   std::to_string(sizeof(T)) + " bytes overflow size_t");
     void* p = nullptr;
     Q35_TRY(device_alloc(&p, n * sizeof(T)));
     ptr_ = static_cast<T*>(p);

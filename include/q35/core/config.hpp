@@ -38,6 +38,15 @@
 #define Q35_UNROLL
 #endif
 
+// Keeps the next loop rolled on the GPU (a rarely taken loop that would otherwise cost registers).
+#ifndef Q35_NO_UNROLL
+#if Q35_BACKEND_CUDA
+#define Q35_NO_UNROLL _Pragma("unroll 1")
+#else
+#define Q35_NO_UNROLL
+#endif
+#endif
+
 #define Q35_STRINGIFY_(x) #x
 #define Q35_STRINGIFY(x) Q35_STRINGIFY_(x)
 

@@ -14,6 +14,12 @@
 
 namespace q35::io {
 
+// Most elements an array accessor copies into memory unless the caller passes its own limit: the
+// copies take up to 16 bytes per element (a string_view per 8-byte string, an int64_t per 1-byte
+// integer), so a crafted file must not turn its size into a multiple of it in memory. 2^24 covers
+// the largest vocabulary read_hparams accepts.
+inline constexpr uint64_t max_array_elements = uint64_t(1) << 24;
+
 class gguf_file {
  public:
   gguf_file(gguf_file&&) noexcept = default;
@@ -97,11 +103,12 @@ class gguf_file {
   gguf_type array_type(std::string_view key) const { return expect(key, gguf_type::array).elem_type; }
   uint64_t array_size(std::string_view key) const { return expect(key, gguf_type::array).count; }
 
-  // Views into the mapping, valid while this gguf_file lives.
-  std::vector<std::string_view> get_string_array(std::string_view key) const {
+  // Views into the mapping, valid while this gguf_file lives; more than `max_count` elements throw.
+  std::vector<std::string_view> get_string_array(std::string_view key, uint64_t max_count = max_array_elements) const {
     const gguf_kv& kv = expect_array(key, gguf_type::string);
+    check_array_count(kv, max_count);
     std::vector<std::string_view> out;
-    out.reserve(size_t(kv.count));  // bounded by the file size at parse time
+    out.reserve(size_t(kv.count));
     const uint8_t* p = kv.value;
     for (uint64_t i = 0; i < kv.count; ++i) {
       out.push_back(string_at(p));
@@ -110,21 +117,23 @@ class gguf_file {
     return out;
   }
 
-  // Arrays of any integer type.
-  std::vector<int64_t> get_int_array(std::string_view key) const {
+  // Arrays of any integer type; more than `max_count` elements throw.
+  std::vector<int64_t> get_int_array(std::string_view key, uint64_t max_count = max_array_elements) const {
     const gguf_kv& kv = at(key);
     if (kv.type != gguf_type::array || !gguf_is_integer(kv.elem_type)) wrong_type(kv, "an array of integers");
+    check_array_count(kv, max_count);
     std::vector<int64_t> out(size_t(kv.count));
     const uint32_t sz = gguf_type_size(kv.elem_type);
     for (uint64_t i = 0; i < kv.count; ++i) out[i] = read_int(kv.elem_type, kv.value + i * sz, kv.key);
     return out;
   }
 
-  // Arrays of float32 or float64.
-  std::vector<double> get_float_array(std::string_view key) const {
+  // Arrays of float32 or float64; more than `max_count` elements throw.
+  std::vector<double> get_float_array(std::string_view key, uint64_t max_count = max_array_elements) const {
     const gguf_kv& kv = at(key);
     if (kv.type != gguf_type::array || (kv.elem_type != gguf_type::float32 && kv.elem_type != gguf_type::float64))
       wrong_type(kv, "an array of float32 or float64");
+    check_array_count(kv, max_count);
     std::vector<double> out(size_t(kv.count));
     for (uint64_t i = 0; i < kv.count; ++i)
       out[i] =
@@ -181,6 +190,11 @@ class gguf_file {
         return int64_t(v);
       }
     }
+  }
+  void check_array_count(const gguf_kv& kv, uint64_t max_count) const {
+    if (kv.count > max_count)
+      fail("key '" + detail::byte_cursor::printable(kv.key) + "': array of " + std::to_string(kv.count) +
+           " elements is more than the " + std::to_string(max_count) + " q35 copies into memory");
   }
   [[noreturn]] void wrong_type(const gguf_kv& kv, std::string_view expected) const {
     std::string found(gguf_type_name(kv.type));

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -139,8 +140,10 @@ inline tensor_info parse_tensor_info(byte_cursor& c, uint64_t index) {
   if (!row)
     c.fail("tensor '" + shown + "' of type " + std::string(tr->name) + ": ne[0] = " + std::to_string(t.ne[0]) +
            " is not a multiple of the block size " + std::to_string(tr->block_elems));
-  // rows = ne1 * ne2 * ne3 <= n_elements < 2^63, and row bytes * rows must fit in uint64.
-  const auto bytes = checked_mul(*row, t.ne[1] * t.ne[2] * t.ne[3]);
+  // rows = ne1 * ne2 * ne3 (unbounded by n_elements when ne0 = 0), and row bytes * rows must fit in uint64.
+  const auto rows_12 = checked_mul(t.ne[1], t.ne[2]);
+  const auto rows = rows_12 ? checked_mul(*rows_12, t.ne[3]) : std::nullopt;
+  const auto bytes = rows ? checked_mul(*row, *rows) : std::nullopt;
   if (!bytes) c.fail("tensor '" + shown + "': byte size overflows uint64");
   t.n_bytes = *bytes;
   return t;

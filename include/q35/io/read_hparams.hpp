@@ -23,7 +23,7 @@ inline constexpr uint64_t max_context = uint64_t(1) << 30;
 inline uint32_t hparam(const gguf_file& f, const std::string& key, uint64_t lo, uint64_t hi) {
   uint64_t v;
   if (f.find(key) && f.at(key).type == gguf_type::array) {
-    const auto values = f.get_int_array(key);
+    const auto values = f.get_int_array(key, max_layers);  // one value per layer
     if (values.empty()) f.fail("key '" + key + "': empty per-layer array");
     for (int64_t x : values)
       if (x != values[0])
