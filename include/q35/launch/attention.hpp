@@ -1,0 +1,398 @@
+// launch::attention_layer: one Qwen3.5 gated full-attention layer (spec §2.1) over a paged KV cache
+// for a batch of sequences, and its parts for engines and benchmarks:
+//   attention_append   q/k RMSNorm + partial NEOX RoPE, K/V written to their pages  (1 launch)
+//   attention_decode   attention of one new token per sequence, split-KV + merge      (1-2 launches)
+//   attention_prefill  causal attention of many new tokens (chunks welcome)           (1-2 launches)
+// attention_layer = 3 projections (launch::matmul) + append + decode/prefill (+ merge) + out-projection
+// (residual): 6 or 7 launches, none depending on host-visible device data (CUDA-graph capturable).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "q35/arch/memory.hpp"
+#include "q35/core/dispatch.hpp"
+#include "q35/core/status.hpp"
+#include "q35/kernels/attn_append.hpp"
+#include "q35/kernels/attn_merge.hpp"
+#include "q35/kernels/attn_paged.hpp"
+#include "q35/kv/kv_pool.hpp"
+#include "q35/launch/launch.hpp"
+#include "q35/launch/matmul.hpp"
+
+namespace q35::launch {
+
+struct attn_layer_weights {
+  quant::weight_view q;           // [n_embd -> 2 * n_heads * head_dim], per head [q | gate]
+  quant::weight_view k;           // [n_embd -> n_kv_heads * head_dim]
+  quant::weight_view v;           // [n_embd -> n_kv_heads * value_dim]
+  quant::weight_view out;         // [n_heads * value_dim -> n_embd]
+  const float* q_norm = nullptr;  // [head_dim], GGUF weights already include the +1
+  const float* k_norm = nullptr;  // [head_dim]
+};
+
+struct attn_shape {
+  int n_embd = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, value_dim = 0, rope_dim = 0;
+  float rope_theta = 0.0f;
+  float rms_eps = 0.0f;
+};
+
+// Device memory, so a decode step can be captured in a CUDA graph; the ints are host-known bounds.
+struct attn_batch {
+  const int32_t* seq_offsets = nullptr;       // [n_seqs + 1] rows of x per sequence
+  const int32_t* positions = nullptr;         // [n_tokens] absolute position (= cache slot) of each new token
+  const int32_t* page_row_offsets = nullptr;  // [n_seqs + 1] page table (CSR, kv::page_table_host)
+  const int32_t* page_indices = nullptr;      // [page_row_offsets[n_seqs]]
+  const int32_t* seq_lens = nullptr;          // [n_seqs] total length including the new tokens
+  int n_seqs = 0;
+  int64_t n_tokens = 0;
+  int max_seq_tokens = 0;   // most new tokens of one sequence (grid sizing)
+  int64_t max_seq_len = 0;  // longest seq_lens entry (split choice)
+  int n_splits = 0;         // 0: chosen from max_seq_len and the SM count; > 0 forces (tests, benchmarks)
+};
+
+struct attn_layer_args {
+  attn_shape shape;
+  attn_layer_weights w;
+  attn_batch batch;
+  kv::kv_layer_view kv;
+  const float* x = nullptr;  // [n_tokens][n_embd] layer input after attn_norm
+  float* h = nullptr;        // [n_tokens][n_embd] residual: h += attn_output(o)
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;  // >= attn_layer_workspace_bytes(shape, n_tokens, max_seq_len)
+};
+
+// The core entry points' arguments.
+struct attn_append_args {
+  attn_shape shape;
+  attn_batch batch;
+  kv::kv_layer_view kv;
+  float* qg = nullptr;       // [n_tokens][n_heads][2 * head_dim]: q part normed and roped in place
+  const float* k = nullptr;  // [n_tokens][n_kv_heads][head_dim] projection output
+  const float* v = nullptr;  // [n_tokens][n_kv_heads][value_dim]
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+};
+struct attn_core_args {
+  attn_shape shape;
+  attn_batch batch;
+  kv::kv_layer_view kv;
+  const float* qg = nullptr;  // [n_tokens][n_heads][2 * head_dim] after attention_append
+  float* out = nullptr;       // [n_tokens][n_heads][value_dim]: o * sigmoid(gate)
+  void* workspace = nullptr;  // split-KV partials: attn_split_workspace_bytes(shape)
+  size_t workspace_bytes = 0;
+};
+
+// Split-KV limits: a split covers at least min_split_keys keys, there are at most max_splits, and
+// n_splits * n_tokens <= split_row_budget (so the partials stay small and prefill never splits much).
+inline constexpr int attn_min_split_keys = 256;
+inline constexpr int attn_max_splits = 64;
+inline constexpr int attn_split_row_budget = 256;
+// Rows (token x head) per block of attention_prefill.
+inline constexpr int attn_prefill_rows = 8;
+
+namespace detail {
+
+inline size_t align_256(size_t b) { return (b + 255) / 256 * 256; }
+inline status bad_attn(const std::string& m) { return error(status_code::invalid_argument, "launch::attention: " + m); }
+
+// Streaming multiprocessors of the current device (the sim answers 132, an H100/H200).
+inline int sm_count() {
+#if Q35_BACKEND_CUDA
+  static const int n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return 132;
+    return v;
+  }();
+  return n;
+#else
+  return 132;
+#endif
+}
+
+// Which kernel instance serves a call: rows per block, heads per block, chunks, tokens per block.
+struct attn_tiling {
+  int rows, heads_per_block, n_chunks, tokens_per_block;
+};
+inline attn_tiling tiling(const attn_shape& s, bool prefill) {
+  const int group = s.n_heads / s.n_kv_heads;
+  attn_tiling t{};
+  if (prefill) {
+    t.rows = attn_prefill_rows;
+  } else {
+    t.rows = 1;
+    while (t.rows < group && t.rows < 8) t.rows *= 2;
+  }
+  t.heads_per_block = std::min(group, t.rows);
+  t.n_chunks = (group + t.heads_per_block - 1) / t.heads_per_block;
+  t.tokens_per_block = t.rows / t.heads_per_block;
+  return t;
+}
+
+// Splits for a call: enough blocks for ~4 waves' worth of SMs, each split >= attn_min_split_keys keys.
+inline int choose_splits(const attn_shape& s, const attn_batch& b, const attn_tiling& t) {
+  const int64_t by_rows = std::max<int64_t>(1, attn_split_row_budget / std::max<int64_t>(1, b.n_tokens));
+  const int64_t by_len = std::max<int64_t>(1, (b.max_seq_len + attn_min_split_keys - 1) / attn_min_split_keys);
+  int64_t n = b.n_splits;
+  if (n <= 0) {
+    const int64_t blocks = int64_t(b.n_seqs) * ((b.max_seq_tokens + t.tokens_per_block - 1) / t.tokens_per_block) *
+                           s.n_kv_heads * t.n_chunks;
+    const int64_t target = 4 * int64_t(sm_count());
+    n = std::min(by_len, (target + blocks - 1) / std::max<int64_t>(1, blocks));
+  }
+  return int(std::clamp<int64_t>(std::min(n, by_rows), 1, attn_max_splits));
+}
+
+}  // namespace detail
+
+// Device scratch of the split-KV partials of attention_decode / attention_prefill.
+inline size_t attn_split_workspace_bytes(const attn_shape& s) {
+  const size_t rows = size_t(attn_split_row_budget) * size_t(std::max(s.n_heads, 0));
+  return detail::align_256(rows * size_t(std::max(s.value_dim, 0)) * 4) + detail::align_256(rows * 4);
+}
+
+// Workspace of attention_layer: q|gate, k, v, o, the split partials and the projections' scratch.
+inline size_t attn_layer_workspace_bytes(const attn_shape& s, int64_t max_tokens, int64_t max_seq_len) {
+  (void)max_seq_len;  // the split partials are bounded by attn_split_row_budget, not by the context
+  const size_t t = size_t(std::max<int64_t>(max_tokens, 0));
+  const size_t qg = detail::align_256(t * size_t(2 * s.n_heads * s.head_dim) * 4);
+  const size_t k = detail::align_256(t * size_t(s.n_kv_heads * s.head_dim) * 4);
+  const size_t v = detail::align_256(t * size_t(s.n_kv_heads * s.value_dim) * 4);
+  const size_t o = detail::align_256(t * size_t(s.n_heads * s.value_dim) * 4);
+  const size_t mm = detail::align_256(std::max(matmul_workspace_bytes(s.n_embd, int64_t(t)),
+                                               matmul_workspace_bytes(int64_t(s.n_heads) * s.value_dim, int64_t(t))));
+  return qg + k + v + o + attn_split_workspace_bytes(s) + mm;
+}
+
+// Shape checks shared by every entry point; the message names the bad value.
+inline status validate(const attn_shape& s) {
+  using detail::bad_attn;
+  const auto str = [](auto v) { return std::to_string(v); };
+  if (s.n_heads < 1 || s.n_kv_heads < 1 || s.n_heads % s.n_kv_heads != 0)
+    return bad_attn("n_heads = " + str(s.n_heads) + " is not a positive multiple of n_kv_heads = " + str(s.n_kv_heads));
+  if (s.head_dim != 128 && s.head_dim != 256)
+    return bad_attn("head_dim = " + str(s.head_dim) + " is not supported (supported: 128 256)");
+  if (s.value_dim != s.head_dim)
+    return bad_attn("value_dim = " + str(s.value_dim) + " differs from head_dim = " + str(s.head_dim) +
+                    " (not supported)");
+  const int e = s.head_dim / warp_size;
+  if (s.rope_dim < 0 || s.rope_dim > s.head_dim || s.rope_dim % (2 * e) != 0)
+    return bad_attn("rope_dim = " + str(s.rope_dim) + " is not a multiple of " + str(2 * e) + " in 0.." +
+                    str(s.head_dim));
+  if (!(s.rope_theta > 0.0f) || !std::isfinite(s.rope_theta))
+    return bad_attn("rope_theta = " + str(s.rope_theta) + " must be positive");
+  if (!(s.rms_eps >= 0.0f) || !std::isfinite(s.rms_eps)) return bad_attn("rms_eps = " + str(s.rms_eps) + " is invalid");
+  return status::success();
+}
+
+inline status validate(const attn_shape& s, const attn_batch& b, const kv::kv_layer_view& kv) {
+  using detail::bad_attn;
+  const auto str = [](auto v) { return std::to_string(v); };
+  Q35_TRY(validate(s));
+  if (b.n_seqs < 0 || b.n_tokens < 0 || b.max_seq_tokens < 0 || b.max_seq_len < 0)
+    return bad_attn("negative n_seqs, n_tokens, max_seq_tokens or max_seq_len");
+  if (b.n_tokens > INT32_MAX / 2 || b.max_seq_len > INT32_MAX / 2) return bad_attn("batch too large");
+  if (b.n_seqs > 65535) return bad_attn("n_seqs = " + str(b.n_seqs) + " exceeds 65535");
+  if (b.n_tokens > 0 && (b.max_seq_tokens < 1 || b.max_seq_len < b.max_seq_tokens || b.n_seqs < 1))
+    return bad_attn("max_seq_tokens = " + str(b.max_seq_tokens) + ", max_seq_len = " + str(b.max_seq_len) +
+                    " and n_seqs = " + str(b.n_seqs) + " cannot hold " + str(b.n_tokens) + " new tokens");
+  if (int64_t(b.max_seq_tokens) > b.n_tokens)
+    return bad_attn("max_seq_tokens = " + str(b.max_seq_tokens) + " exceeds n_tokens = " + str(b.n_tokens));
+  if (b.n_splits < 0 || b.n_splits > attn_max_splits)
+    return bad_attn("n_splits = " + str(b.n_splits) + " is outside 0.." + str(attn_max_splits));
+  if (b.n_tokens > 0 && (!b.seq_offsets || !b.positions || !b.page_row_offsets || !b.page_indices || !b.seq_lens))
+    return bad_attn("null seq_offsets, positions or page table");
+  if (kv.empty() || !kv.v) return bad_attn("empty KV view");
+  if (kv.n_kv_heads != s.n_kv_heads || kv.head_dim != s.head_dim || kv.value_dim != s.value_dim)
+    return bad_attn("the KV view (n_kv_heads " + str(kv.n_kv_heads) + ", head_dim " + str(kv.head_dim) +
+                    ", value_dim " + str(kv.value_dim) + ") does not match the layer shape");
+  if (kv.page_tokens < 4 || kv.page_tokens > 1024 || (kv.page_tokens & (kv.page_tokens - 1)) != 0)
+    return bad_attn("page_tokens = " + str(kv.page_tokens) + " is not a power of two in 4..1024");
+  return status::success();
+}
+
+namespace detail {
+
+inline int log2_int(int v) {
+  int s = 0;
+  while ((1 << s) < v) ++s;
+  return s;
+}
+
+// Calls f(std::type_identity<T>{}, head_dim constant) for the KV element type and head dim.
+template <class F>
+status with_kv_type(kv::kv_type t, int head_dim, F&& f) {
+  return dispatch<0, 1, 2>(int(t), [&](auto ti) -> status {
+    using T = typename kv::kv_element<kv::kv_type(decltype(ti)::value)>::type;
+    return dispatch<128, 256>(head_dim, [&](auto d) -> status { return f(std::type_identity<T>{}, d); });
+  });
+}
+
+}  // namespace detail
+
+inline status validate(const attn_append_args& a) {
+  Q35_TRY(validate(a.shape, a.batch, a.kv));
+  if (a.batch.n_tokens > 0 && (!a.qg || !a.k || !a.v || !a.q_norm || !a.k_norm))
+    return detail::bad_attn("append: null qg, k, v, q_norm or k_norm");
+  for (const void* p :
+       {(const void*)a.qg, (const void*)a.k, (const void*)a.v, (const void*)a.q_norm, (const void*)a.k_norm})
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return detail::bad_attn("append: an input is not 16-byte aligned");
+  return status::success();
+}
+
+// q/k norms + RoPE and the K/V write of every new token: one launch.
+inline status attention_append(const attn_append_args& a, stream_t stream = nullptr) {
+  Q35_TRY(validate(a));
+  if (a.batch.n_tokens == 0) return status::success();
+  return detail::with_kv_type(a.kv.type, a.shape.head_dim, [&](auto tt, auto d) -> status {
+    using T = typename decltype(tt)::type;
+    using kernel = kernels::attn_append_kernel<T, decltype(d)::value>;
+    typename kernel::params p{};
+    p.qg = a.qg, p.k = a.k, p.v = a.v, p.q_norm = a.q_norm, p.k_norm = a.k_norm;
+    p.seq_offsets = a.batch.seq_offsets, p.positions = a.batch.positions;
+    p.page_row_offsets = a.batch.page_row_offsets, p.page_indices = a.batch.page_indices;
+    p.k_cache = static_cast<T*>(a.kv.k), p.v_cache = static_cast<T*>(a.kv.v);
+    p.n_heads = a.shape.n_heads, p.n_kv_heads = a.shape.n_kv_heads, p.rope_dim = a.shape.rope_dim;
+    p.page_shift = detail::log2_int(a.kv.page_tokens);
+    p.eps = a.shape.rms_eps;
+    p.log2_rope_base = std::log2(double(a.shape.rope_theta));
+    p.n_seqs = a.batch.n_seqs, p.max_seq_tokens = a.batch.max_seq_tokens;
+    return launch<kernel>(p, stream);
+  });
+}
+
+inline status validate(const attn_core_args& a) {
+  Q35_TRY(validate(a.shape, a.batch, a.kv));
+  if (a.batch.n_tokens > 0 && (!a.qg || !a.out)) return detail::bad_attn("null qg or out");
+  if (reinterpret_cast<uintptr_t>(a.qg) % 16 != 0) return detail::bad_attn("qg is not 16-byte aligned");
+  if (a.batch.n_tokens > 0 && a.batch.n_tokens * std::max(a.batch.n_splits, 1) > attn_split_row_budget &&
+      a.batch.n_splits > 1)
+    return detail::bad_attn("n_splits = " + std::to_string(a.batch.n_splits) + " times n_tokens = " +
+                            std::to_string(a.batch.n_tokens) + " exceeds " + std::to_string(attn_split_row_budget));
+  if (a.workspace_bytes < attn_split_workspace_bytes(a.shape) || !a.workspace)
+    return detail::bad_attn("workspace of " + std::to_string(a.workspace_bytes) + " bytes is below the " +
+                            std::to_string(attn_split_workspace_bytes(a.shape)) + " needed");
+  return status::success();
+}
+
+namespace detail {
+
+inline status run_attention(const attn_core_args& a, bool prefill, stream_t stream) {
+  Q35_TRY(validate(a));
+  if (a.batch.n_tokens == 0) return status::success();
+  const attn_tiling t = tiling(a.shape, prefill);
+  int n_splits = choose_splits(a.shape, a.batch, t);
+  // split_keys: whole 4-key groups (so a group never leaves its page); no split left empty by design
+  const int64_t per = (a.batch.max_seq_len + n_splits - 1) / n_splits;
+  const int split_keys = int(std::max<int64_t>(4, (per + 3) / 4 * 4));
+  n_splits = int(std::max<int64_t>(1, (a.batch.max_seq_len + split_keys - 1) / split_keys));
+  const int64_t n_rows = a.batch.n_tokens * a.shape.n_heads;
+  float* part_o = static_cast<float*>(a.workspace);
+  float* part_lse = reinterpret_cast<float*>(
+      static_cast<unsigned char*>(a.workspace) +
+      align_256(size_t(attn_split_row_budget) * size_t(a.shape.n_heads) * size_t(a.shape.value_dim) * 4));
+  Q35_TRY(with_kv_type(a.kv.type, a.shape.head_dim, [&](auto tt, auto d) -> status {
+    using T = typename decltype(tt)::type;
+    return dispatch<1, 2, 4, 8>(t.rows, [&](auto rows) -> status {
+      using kernel = kernels::attn_paged_kernel<T, decltype(d)::value, decltype(rows)::value>;
+      typename kernel::params p{};
+      p.qg = a.qg, p.seq_offsets = a.batch.seq_offsets, p.positions = a.batch.positions;
+      p.page_row_offsets = a.batch.page_row_offsets, p.page_indices = a.batch.page_indices;
+      p.seq_lens = a.batch.seq_lens;
+      p.k_cache = static_cast<const T*>(a.kv.k), p.v_cache = static_cast<const T*>(a.kv.v);
+      p.out = a.out, p.part_o = part_o, p.part_lse = part_lse;
+      p.n_tokens = a.batch.n_tokens, p.n_heads = a.shape.n_heads, p.n_kv_heads = a.shape.n_kv_heads;
+      p.page_shift = log2_int(a.kv.page_tokens);
+      p.heads_per_block = t.heads_per_block, p.n_chunks = t.n_chunks, p.tokens_per_block = t.tokens_per_block;
+      p.n_splits = n_splits, p.split_keys = split_keys;
+      p.n_seqs = a.batch.n_seqs, p.max_seq_tokens = a.batch.max_seq_tokens;
+      p.scale = float(1.0 / std::sqrt(double(a.shape.head_dim)));
+      return launch<kernel>(p, stream);
+    });
+  }));
+  if (n_splits == 1) return status::success();
+  kernels::attn_merge_kernel::params m{part_o, part_lse, a.qg, a.out, n_rows, a.shape.value_dim, n_splits};
+  return launch<kernels::attn_merge_kernel>(m, stream);
+}
+
+}  // namespace detail
+
+// One new token per sequence (max_seq_tokens 1; more work but stays correct): rows per block from the
+// GQA ratio, so the heads of a group share one read of K/V; split-KV over long contexts.
+inline status attention_decode(const attn_core_args& a, stream_t stream = nullptr) {
+  return detail::run_attention(a, false, stream);
+}
+
+// Many new tokens per sequence, each attending to the cached keys and the new ones up to itself.
+inline status attention_prefill(const attn_core_args& a, stream_t stream = nullptr) {
+  return detail::run_attention(a, true, stream);
+}
+
+// Checks the whole layer's arguments; the message names the bad value.
+inline status validate(const attn_layer_args& a) {
+  using detail::bad_attn;
+  const auto str = [](auto v) { return std::to_string(v); };
+  const attn_shape& s = a.shape;
+  Q35_TRY(validate(s, a.batch, a.kv));
+  if (s.n_embd < 1) return bad_attn("n_embd = " + str(s.n_embd) + " must be >= 1");
+  const auto check_w = [&](const quant::weight_view& w, const char* name, int64_t rows, int64_t cols) -> status {
+    if (w.empty() || w.rows != rows || w.cols != cols || w.n_mats != 1)
+      return bad_attn(std::string("weight ") + name + " is " + str(w.rows) + " x " + str(w.cols) + ", expected " +
+                      str(rows) + " x " + str(cols));
+    return status::success();
+  };
+  Q35_TRY(check_w(a.w.q, "q", 2 * int64_t(s.n_heads) * s.head_dim, s.n_embd));
+  Q35_TRY(check_w(a.w.k, "k", int64_t(s.n_kv_heads) * s.head_dim, s.n_embd));
+  Q35_TRY(check_w(a.w.v, "v", int64_t(s.n_kv_heads) * s.value_dim, s.n_embd));
+  Q35_TRY(check_w(a.w.out, "out", s.n_embd, int64_t(s.n_heads) * s.value_dim));
+  if (!a.w.q_norm || !a.w.k_norm) return bad_attn("null q_norm or k_norm");
+  if (a.batch.n_tokens > 0 && (!a.x || !a.h)) return bad_attn("null x or h");
+  const size_t need = attn_layer_workspace_bytes(s, a.batch.n_tokens, a.batch.max_seq_len);
+  if (!a.workspace || a.workspace_bytes < need)
+    return bad_attn("workspace of " + str(a.workspace_bytes) + " bytes is below the " + str(need) + " needed");
+  if (reinterpret_cast<uintptr_t>(a.workspace) % 256 != 0) return bad_attn("workspace is not 256-byte aligned");
+  return status::success();
+}
+
+// h += attn_output(attention(x)) for every new token of the batch; the K/V of the new tokens are
+// written to the cache (pages reserved by the caller). Asynchronous.
+inline status attention_layer(const attn_layer_args& a, stream_t stream = nullptr) {
+  Q35_TRY(validate(a));
+  const attn_shape& s = a.shape;
+  const int64_t n = a.batch.n_tokens;
+  if (n == 0) return status::success();
+  unsigned char* ws = static_cast<unsigned char*>(a.workspace);
+  const auto take = [&](size_t bytes) {
+    unsigned char* p = ws;
+    ws += detail::align_256(bytes);
+    return p;
+  };
+  float* qg = reinterpret_cast<float*>(take(size_t(n) * size_t(2 * s.n_heads * s.head_dim) * 4));
+  float* k = reinterpret_cast<float*>(take(size_t(n) * size_t(s.n_kv_heads * s.head_dim) * 4));
+  float* v = reinterpret_cast<float*>(take(size_t(n) * size_t(s.n_kv_heads * s.value_dim) * 4));
+  float* o = reinterpret_cast<float*>(take(size_t(n) * size_t(s.n_heads * s.value_dim) * 4));
+  void* split_ws = take(attn_split_workspace_bytes(s));
+  const size_t mm_bytes = a.workspace_bytes - size_t(ws - static_cast<unsigned char*>(a.workspace));
+  void* mm_ws = mm_bytes ? ws : nullptr;
+
+  const auto project = [&](const quant::weight_view& w, const float* x, float* y, ops::epilogue e) {
+    matmul_args m;
+    m.w = w, m.x = x, m.y = y, m.n_tokens = n, m.epilogue = e;
+    m.maybe_workspace = mm_ws, m.workspace_bytes = mm_bytes;
+    return matmul(m, stream);
+  };
+  Q35_TRY(project(a.w.q, a.x, qg, ops::epilogue::store));
+  Q35_TRY(project(a.w.k, a.x, k, ops::epilogue::store));
+  Q35_TRY(project(a.w.v, a.x, v, ops::epilogue::store));
+  attn_append_args ap{s, a.batch, a.kv, qg, k, v, a.w.q_norm, a.w.k_norm};
+  Q35_TRY(attention_append(ap, stream));
+  attn_core_args c{s, a.batch, a.kv, qg, o, split_ws, attn_split_workspace_bytes(s)};
+  Q35_TRY(a.batch.max_seq_tokens <= 1 ? attention_decode(c, stream) : attention_prefill(c, stream));
+  return project(a.w.out, o, a.h, ops::epilogue::residual);
+}
+
+}  // namespace q35::launch

@@ -1,0 +1,172 @@
+// Paged attention (append + decode / prefill) against the float64 reference; tolerance derivation in
+// tests/reference/attention_reference.hpp.
+#include <cstdint>
+#include <vector>
+
+#include "attn_case.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using namespace q35;
+using kv::kv_type;
+
+// History of `lens[i] - 1` tokens appended per sequence, then one decode step for all of them.
+void decode_batch(int n_kv_heads, int group, int head_dim, kv_type t, const std::vector<int64_t>& lens, int n_splits,
+                  uint64_t seed, bool all_orders = false) {
+  CAPTURE(n_kv_heads);
+  CAPTURE(group);
+  CAPTURE(head_dim);
+  CAPTURE(kv::to_string(t));
+  CAPTURE(n_splits);
+  test::attn_case c(n_kv_heads, group, head_dim, head_dim / 4, t, 16, 512, seed);
+  std::vector<size_t> batch;
+  std::vector<int64_t> hist, one;
+  for (size_t i = 0; i < lens.size(); ++i) {
+    c.grow(i, lens[i]);
+    batch.push_back(i), hist.push_back(lens[i] - 1), one.push_back(1);
+  }
+  Q35_REQUIRE_OK(c.step(batch, hist, false, 0, true).st);
+  const auto run = [&] {
+    test::attn_case::step_result r = c.step(batch, one, false, n_splits);
+    Q35_REQUIRE_OK(r.st);
+    CHECK(c.check(r.out, batch, one) == 0);
+    for (size_t i = 0; i < lens.size(); ++i) c.seqs[i].len -= 1;  // run the same step again
+  };
+  if (all_orders) {
+    test::for_each_order(run);
+  } else {
+    run();
+  }
+}
+
+TEST_CASE("attention decode: lengths 1, P-1, P, P+1, 1000 in one batch, every GQA ratio" * test::needs_device()) {
+  for (int group : {1, 2, 4, 6, 8}) decode_batch(2, group, 128, kv_type::f32, {1, 15, 16, 17, 1000}, 0, 10 + group);
+}
+
+TEST_CASE("attention decode: head_dim 256, f16 and bf16 KV" * test::needs_device()) {
+  decode_batch(2, 4, 256, kv_type::f16, {1, 17, 300}, 0, 31);
+  decode_batch(1, 8, 256, kv_type::bf16, {16, 200}, 0, 32);
+  decode_batch(2, 2, 128, kv_type::bf16, {5, 33}, 0, 33);
+}
+
+TEST_CASE("attention decode: forced splits, including empty ones, every thread order" * test::needs_device()) {
+  decode_batch(1, 4, 128, kv_type::f16, {3, 70, 129}, 3, 41, true);
+  decode_batch(2, 2, 128, kv_type::f32, {2, 600}, 7, 42);
+  decode_batch(2, 1, 256, kv_type::f32, {1, 40}, 64, 43);
+}
+
+// f16/bf16 KV against f32 KV on the same inputs: each within its bound of float64, so within the sum.
+TEST_CASE("attention decode: f16 and bf16 KV against f32 KV" * test::needs_device()) {
+  std::vector<std::vector<float>> outs;
+  std::vector<double> tol;
+  for (kv_type t : {kv_type::f32, kv_type::f16, kv_type::bf16}) {
+    test::attn_case c(2, 4, 128, 32, t, 16, 64, 51);
+    c.grow(0, 200);
+    Q35_REQUIRE_OK(c.step({0}, {199}, false, 0, true).st);
+    auto r = c.step({0}, {1}, false, 0);
+    Q35_REQUIRE_OK(r.st);
+    CHECK(c.check(r.out, {0}, {1}) == 0);
+    outs.push_back(r.out);
+  }
+  // Outputs are o * sigmoid(g) with |o| <= max|v| <= 1: the KV rounding moves them by at most
+  // u_kv (V) plus the score shift through the weights; measured differences are printed.
+  for (size_t i = 1; i < outs.size(); ++i) {
+    double worst = 0;
+    for (size_t j = 0; j < outs[0].size(); ++j) worst = std::max(worst, std::fabs(double(outs[i][j]) - outs[0][j]));
+    MESSAGE("max |out(" << (i == 1 ? "f16" : "bf16") << ") - out(f32)| = " << worst);
+    CHECK(worst < (i == 1 ? 2e-3 : 2e-2));
+  }
+}
+
+// With one split, a row's keys go through the same streams in the same order whatever the chunking:
+// chunks give bit-identical results (a decode step of the same token uses another tiling: rounding differs).
+TEST_CASE("attention prefill: whole prompt and the same prompt in chunks are bit-identical" * test::needs_device()) {
+  for (int group : {1, 4, 6}) {
+    CAPTURE(group);
+    test::attn_case whole(1, group, 128, 32, kv_type::f16, 16, 64, 61);
+    test::attn_case chunked(1, group, 128, 32, kv_type::f16, 16, 64, 61);
+    whole.grow(0, 50);
+    chunked.grow(0, 50);
+    auto w = whole.step({0}, {50}, true, 1);
+    Q35_REQUIRE_OK(w.st);
+    CHECK(whole.check(w.out, {0}, {50}) == 0);
+    std::vector<float> joined;
+    for (int64_t n : {17, 16, 1, 16}) {
+      auto r = chunked.step({0}, {n}, true, 1);  // prefill also for the 1-token chunk: the same kernel instance
+      Q35_REQUIRE_OK(r.st);
+      joined.insert(joined.end(), r.out.begin(), r.out.end());
+    }
+    REQUIRE(joined.size() == w.out.size());
+    int64_t diff = 0;
+    for (size_t i = 0; i < joined.size(); ++i) diff += joined[i] != w.out[i];
+    CHECK(diff == 0);
+  }
+}
+
+TEST_CASE("attention prefill: batches mixing cached and new lengths, splits, head_dim 256" * test::needs_device()) {
+  test::attn_case c(2, 2, 256, 64, kv_type::bf16, 16, 256, 71);
+  c.grow(0, 40), c.grow(1, 3), c.grow(2, 100);
+  Q35_REQUIRE_OK(c.step({0, 2}, {20, 60}, true, 0).st);  // history with attention on the way
+  for (int splits : {1, 3}) {
+    CAPTURE(splits);
+    auto r = c.step({0, 1, 2}, {20, 3, 40}, true, splits);
+    Q35_REQUIRE_OK(r.st);
+    CHECK(c.check(r.out, {0, 1, 2}, {20, 3, 40}) == 0);
+    c.seqs[0].len -= 20, c.seqs[1].len -= 3, c.seqs[2].len -= 40;
+  }
+}
+
+TEST_CASE("attention prefill: GQA ratios 1, 2, 4, 6, 8 and a full-width rotation" * test::needs_device()) {
+  for (int group : {1, 2, 4, 6, 8}) {
+    CAPTURE(group);
+    test::attn_case c(1, group, 128, group == 2 ? 128 : 32, kv_type::f32, 16, 64, 80 + group);
+    c.grow(0, 33), c.grow(1, 17);
+    auto r = c.step({0, 1}, {33, 17}, true, 0);
+    Q35_REQUIRE_OK(r.st);
+    CHECK(c.check(r.out, {0, 1}, {33, 17}) == 0);
+  }
+}
+
+TEST_CASE("attention: a forked sequence shares full pages, copies the partial one and diverges" *
+          test::needs_device()) {
+  test::attn_case c(2, 2, 128, 32, kv_type::f16, 16, 64, 91);
+  c.grow(0, 40);
+  Q35_REQUIRE_OK(c.step({0}, {40}, true, 0, true).st);
+  int dst = -1;
+  Q35_REQUIRE_OK(c.alloc.fork(c.seqs[0].id, dst));
+  Q35_REQUIRE_OK(c.pool.copy_pages(c.alloc.take_pending_copies()));
+  const auto& pa = c.alloc.pages(c.seqs[0].id);
+  const auto& pb = c.alloc.pages(dst);
+  REQUIRE(pa.size() == 3);
+  REQUIRE(pb.size() == 3);
+  CHECK(pa[0] == pb[0]);
+  CHECK(pa[1] == pb[1]);
+  CHECK(pa[2] != pb[2]);
+  // the fork inherits the projections of the first 40 tokens, then both grow differently
+  test::attn_seq b = c.seqs[0];
+  b.id = dst;
+  c.seqs.push_back(b);
+  c.grow(0, 5), c.grow(1, 5);
+  REQUIRE(c.total_tokens(1) == 45);
+  auto r = c.step({0, 1}, {5, 5}, true, 0);
+  Q35_REQUIRE_OK(r.st);
+  CHECK(c.check(r.out, {0, 1}, {5, 5}) == 0);
+  auto d = c.step({1, 0}, {0, 0}, false, 0);  // nothing new: an empty batch is a no-op
+  Q35_REQUIRE_OK(d.st);
+}
+
+TEST_CASE("attention: running out of pages is a status and changes nothing" * test::needs_device()) {
+  test::attn_case c(1, 1, 128, 32, kv_type::f32, 16, 4, 101);
+  c.grow(0, 70);
+  auto r = c.step({0}, {70}, true, 0);
+  CHECK(r.st.code() == status_code::out_of_memory);
+  CHECK(c.seqs[0].len == 0);
+  CHECK(c.alloc.length(c.seqs[0].id) == 0);
+  CHECK(c.alloc.free_pages() == 4);
+  auto ok = c.step({0}, {64}, true, 0);
+  Q35_REQUIRE_OK(ok.st);
+  CHECK(c.check(ok.out, {0}, {64}) == 0);
+}
+
+}  // namespace
