@@ -1,0 +1,75 @@
+// sample_kernel: logits -> one token id per row (greedy, or repetition penalty, top-k, top-p,
+// min-p, temperature and a Philox draw), in one launch.
+//
+// Thread-to-data mapping: one block per row; thread t owns entries t, t + Threads, ... of the row
+// in every pass (argmax, the radix passes of top-k and top-p, the draw). Shared memory: the radix
+// histograms (24 KB) plus, with a repetition penalty, a bitmap of the penalised ids (n_vocab bits).
+#pragma once
+
+#include <cstdint>
+
+#include "q35/arch/atomic.hpp"
+#include "q35/arch/thread.hpp"
+#include "q35/core/config.hpp"
+#include "q35/core/dim3.hpp"
+#include "q35/ops/sampling.hpp"
+#include "q35/ops/sampling_draw.hpp"
+#include "q35/ops/sampling_select.hpp"
+
+namespace q35::kernels {
+
+template <int Threads>
+struct sample_kernel {
+  static constexpr int threads = Threads;
+
+  struct params {
+    const float* logits;          // [n_rows, n_vocab], row-major; not modified
+    int32_t* out_ids;             // [n_rows]
+    const int32_t* maybe_recent;  // [n_rows, window] previous ids (-1: empty), or null: no penalty
+    uint64_t* maybe_rng_counter;  // [1]: (calls << 32) | arrivals; null only when greedy
+    int64_t n_rows;
+    int n_vocab;
+    int window;  // repeat_last_n
+    ops::sample_config cfg;
+  };
+  struct shared_storage {
+    ops::sample_select_storage<Threads> select;
+    ops::sample_draw_storage<Threads> draw;
+    uint64_t call;  // the launch's index in the random stream
+  };
+
+  static dim3 grid(const params& p) { return dim3(unsigned(p.n_rows)); }
+  static size_t dynamic_shared_bytes(const params& p) {
+    return p.maybe_recent ? size_t(ops::penalty_words(p.n_vocab)) * sizeof(uint32_t) : 0;
+  }
+
+  Q35_DEVICE void operator()(const params& p, shared_storage& s) const {
+    const int64_t r = int64_t(arch::block_idx().x);
+    if (arch::thread_rank() == 0 && p.maybe_rng_counter) {
+      // Every block takes the call index from the high word and counts itself in the low word; the
+      // last to arrive moves the counter to the next call: (call + 1) << 32. All blocks see the
+      // same call: the high word changes only after every block has arrived.
+      const uint64_t old = arch::atomic_add(p.maybe_rng_counter, uint64_t(1));
+      s.call = old >> 32;
+      if (int64_t(old & 0xffffffffu) == p.n_rows - 1)
+        arch::atomic_add(p.maybe_rng_counter, (uint64_t(1) << 32) - uint64_t(p.n_rows));
+    }
+    uint32_t* bitmap = nullptr;
+    if (p.maybe_recent) {
+      bitmap = arch::shared_tail<uint32_t>(s);
+      ops::build_penalty_bitmap<Threads>(bitmap, p.maybe_recent + r * p.window, p.window, p.n_vocab);
+    }
+    const ops::sample_row row{p.logits + r * p.n_vocab, bitmap, p.n_vocab, p.cfg.penalty};
+    const ops::sample_selection sel = ops::select_kept<Threads>(row, p.cfg, s.select);
+    if (!sel.sampled(p.cfg)) {
+      if (arch::thread_rank() == 0) p.out_ids[r] = sel.argmax;
+      return;
+    }
+    // (s.call, written by thread 0, is visible: the argmax reduction passed a barrier since)
+    const uint64_t bits = ops::sample_random_bits(p.cfg.seed_lo, p.cfg.seed_hi, s.call, uint64_t(r));
+    const int id = ops::draw_kept<Threads>(row, sel, bits, s.draw);
+    if (id >= 0) p.out_ids[r] = id;
+  }
+};
+
+}  // namespace q35::kernels

@@ -1,0 +1,154 @@
+// Helpers of the sampling tests: run launch::sample on host data, probe the kept set the kernel's
+// selection computes, and the reference parameters matching a launch::sampling_params.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "q35/arch/thread.hpp"
+#include "q35/launch/launch.hpp"
+#include "q35/launch/sample.hpp"
+#include "q35/ops/sampling.hpp"
+#include "q35/ops/sampling_select.hpp"
+#include "reference/sampling_reference.hpp"
+#include "test_util.hpp"
+
+namespace q35::test {
+
+inline reference::sample_ref_params ref_params(const launch::sampling_params& p) {
+  reference::sample_ref_params r;
+  r.temperature = p.temperature;
+  r.top_k = p.top_k;
+  r.top_p = p.top_p;
+  r.min_p = p.min_p;
+  r.repeat_penalty = p.repeat_penalty;
+  r.repeat_last_n = p.repeat_last_n;
+  return r;
+}
+
+// Sampling parameters with every filter off (temperature 1).
+inline launch::sampling_params plain_params() {
+  launch::sampling_params p;
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  return p;
+}
+
+// The device state of repeated sampling calls over fixed logits: ids come back poisoned first.
+struct sampler {
+  device_buffer<float> logits;
+  device_buffer<int32_t> recent;
+  device_buffer<uint64_t> counter;
+  device_buffer<int32_t> ids;
+  int n_rows, n_vocab;
+
+  sampler(const std::vector<float>& h_logits, int rows, int vocab, const std::vector<int32_t>& h_recent = {},
+          uint64_t counter_start = 0)
+      : logits(to_device(h_logits)),
+        counter(to_device(std::vector<uint64_t>{counter_start})),
+        n_rows(rows),
+        n_vocab(vocab) {
+    if (!h_recent.empty()) recent = to_device(h_recent);
+  }
+
+  launch::sample_args args(const launch::sampling_params& p) {
+    launch::sample_args a;
+    a.logits = logits.data();
+    a.n_rows = n_rows;
+    a.n_vocab = n_vocab;
+    a.params = p;
+    a.maybe_recent = recent.size() ? recent.data() : nullptr;
+    a.rng_counter = counter.data();
+    a.out_ids = ids.data();
+    return a;
+  }
+
+  std::vector<int32_t> draw(const launch::sampling_params& p) {
+    ids = poisoned<int32_t>(size_t(n_rows));
+    Q35_REQUIRE_OK(launch::sample(args(p)));
+    return to_host(ids);
+  }
+  uint64_t counter_value() { return to_host(counter)[0]; }
+};
+
+// Test kernel: what ops::select_kept decides for each entry (kept, and the draw weight).
+template <int Threads>
+struct kept_probe_kernel {
+  static constexpr int threads = Threads;
+  struct params {
+    const float* logits;          // [n_rows, n_vocab]
+    const int32_t* maybe_recent;  // [n_rows, window] or null
+    uint8_t* kept;                // [n_rows, n_vocab]
+    uint64_t* weight;             // [n_rows, n_vocab]: fixed-point draw weight of kept entries, else 0
+    int32_t* argmax;              // [n_rows]
+    int32_t* sampled;             // [n_rows]: 1 when the row is sampled
+    int64_t n_rows;
+    int n_vocab;
+    int window;
+    ops::sample_config cfg;
+  };
+  struct shared_storage {
+    ops::sample_select_storage<Threads> select;
+  };
+  static dim3 grid(const params& p) { return dim3(unsigned(p.n_rows)); }
+  static size_t dynamic_shared_bytes(const params& p) {
+    return p.maybe_recent ? size_t(ops::penalty_words(p.n_vocab)) * 4 : 0;
+  }
+  Q35_DEVICE void operator()(const params& p, shared_storage& s) const {
+    const int64_t r = int64_t(arch::block_idx().x);
+    uint32_t* bitmap = nullptr;
+    if (p.maybe_recent) {
+      bitmap = arch::shared_tail<uint32_t>(s);
+      ops::build_penalty_bitmap<Threads>(bitmap, p.maybe_recent + r * p.window, p.window, p.n_vocab);
+    }
+    const ops::sample_row row{p.logits + r * p.n_vocab, bitmap, p.n_vocab, p.cfg.penalty};
+    const ops::sample_selection sel = ops::select_kept<Threads>(row, p.cfg, s.select);
+    const bool sampled = sel.sampled(p.cfg);
+    ops::for_each_entry<Threads>(row, [&](int i, float l) {
+      const bool k = sampled && sel.kept(l, i);
+      p.kept[r * p.n_vocab + i] = k ? 1 : 0;
+      p.weight[r * p.n_vocab + i] = k ? sel.weight(l) : 0;
+    });
+    if (arch::thread_rank() == 0) {
+      p.argmax[r] = sel.argmax;
+      p.sampled[r] = sampled ? 1 : 0;
+    }
+  }
+};
+
+struct probe_result {
+  std::vector<uint8_t> kept;
+  std::vector<uint64_t> weight;
+  std::vector<int32_t> argmax, sampled;
+};
+
+// Runs the probe on the block size launch::sample would use for n_vocab.
+inline probe_result probe_kept(const std::vector<float>& h_logits, int n_rows, int n_vocab,
+                               const launch::sampling_params& sp, const std::vector<int32_t>& h_recent = {}) {
+  auto logits = to_device(h_logits);
+  device_buffer<int32_t> recent;
+  const bool penalize = !h_recent.empty() && sp.repeat_last_n > 0 && sp.repeat_penalty != 1.0f;
+  if (penalize) recent = to_device(h_recent);
+  auto kept = poisoned<uint8_t>(size_t(n_rows) * size_t(n_vocab));
+  auto weight = poisoned<uint64_t>(size_t(n_rows) * size_t(n_vocab));
+  auto argmax = poisoned<int32_t>(size_t(n_rows));
+  auto sampled = poisoned<int32_t>(size_t(n_rows));
+  const auto run = [&](auto threads) {
+    using kernel = kept_probe_kernel<decltype(threads)::value>;
+    const typename kernel::params p{logits.data(),    penalize ? recent.data() : nullptr,
+                                    kept.data(),      weight.data(),
+                                    argmax.data(),    sampled.data(),
+                                    int64_t(n_rows),  n_vocab,
+                                    sp.repeat_last_n, launch::sample_config_of(sp, n_vocab)};
+    Q35_REQUIRE_OK(launch::launch<kernel>(p));
+  };
+  if (n_vocab <= launch::sample_small_vocab)
+    run(std::integral_constant<int, 128>{});
+  else
+    run(std::integral_constant<int, 1024>{});
+  return probe_result{to_host(kept), to_host(weight), to_host(argmax), to_host(sampled)};
+}
+
+}  // namespace q35::test
