@@ -31,7 +31,7 @@ int run_dump_tensor(const options& opt, std::ostream& out) {
   if (!t) throw std::runtime_error("no tensor named '" + opt.tensor_name + "' in " + opt.model_path);
   if (!quant::is_supported(t->type))
     throw std::runtime_error("tensor '" + t->name + "' has type " + std::string(t->type_name()) +
-                             ", which q35 cannot dequantize (f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K)");
+                             ", which q35 cannot dequantize (" + std::string(quant::supported_format_names) + ")");
   const int64_t n = int64_t(t->n_elements());
   // the file's bytes -> device, dequantize there, float32 back
   device_buffer<uint8_t> src;

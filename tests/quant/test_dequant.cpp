@@ -2,6 +2,7 @@
 // dequantization (gguf-py goldens) for every supported type, to f32, f16 and bf16.
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "golden.hpp"
@@ -38,6 +39,20 @@ TEST_CASE("quant: with_format maps ids to formats and names unsupported ids") {
   const status s = quant::with_format(3, [&](auto) {});  // q4_1: not supported
   CHECK(s.code() == status_code::unsupported);
   CHECK(s.message().find("ggml type 3") != std::string::npos);
+}
+
+TEST_CASE("quant: the one format list derives ids, names and format_of") {
+  static_assert(quant::supported_formats::size == 8);
+  static_assert(std::is_same_v<quant::format_of<quant::type_id::q5_k>::type, quant::q5_k_format>);
+  static_assert(std::is_same_v<quant::format_of<quant::type_id::bf16>::type, quant::bf16_format>);
+  CHECK(quant::supported_format_names == "f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K");
+  for (uint32_t id = 0; id < 64; ++id) {
+    const bool listed = id == 0 || id == 1 || id == 30 || id == 8 || id == 2 || id == 12 || id == 13 || id == 14;
+    CHECK(quant::is_supported(id) == listed);
+    CHECK(quant::with_format(id, [](auto) {}).ok() == listed);
+  }
+  const status s = quant::with_format(3, [](auto) {});
+  CHECK(s.message() == "ggml type 3 is not supported (f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K)");
 }
 
 // The K-quant 6-bit scale/min packing, bit by bit: each of the 96 bits of the 12 packed bytes lands

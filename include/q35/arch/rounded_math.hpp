@@ -11,8 +11,9 @@ Q35_HOST_DEVICE float mul_rn(float a, float b) {
 #if Q35_DEVICE_PASS
   return __fmul_rn(a, b);
 #else
-  // Host code (sim, and nvcc's host pass): compilers in ISO C++ mode (-std=c++20, no GNU extensions) do not contract
-  // across statements and the default x86-64 target has no FMA instruction.
+  // Host code: q35::sim compiles with -ffp-contract=off (CMakeLists.txt), so GCC in gnu++ modes with an
+  // FMA target (-march=native) does not fuse this product into a following add either. For the
+  // dequantization it would not matter: its products are exact in fp32 (tests/quant/test_contraction.cpp).
   return a * b;
 #endif
 }

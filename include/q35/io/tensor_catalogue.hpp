@@ -14,6 +14,7 @@
 #include "q35/io/ggml_types.hpp"
 #include "q35/io/gguf.hpp"
 #include "q35/io/model_hparams.hpp"
+#include "q35/quant/format_list.hpp"
 
 namespace q35::io {
 
@@ -25,23 +26,9 @@ struct expected_tensor {
   bool optional = false;  // output.weight: absent means tied embeddings
 };
 
-// The ggml types q35's kernels read (for now).
-constexpr bool q35_supports(ggml_type t) {
-  switch (t) {
-    case ggml_type::f32:
-    case ggml_type::f16:
-    case ggml_type::bf16:
-    case ggml_type::q8_0:
-    case ggml_type::q4_0:
-    case ggml_type::q4_k:
-    case ggml_type::q5_k:
-    case ggml_type::q6_k:
-      return true;
-    default:
-      return false;
-  }
-}
-inline constexpr std::string_view q35_supported_types = "f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K";
+// The ggml types q35's kernels read: quant::supported_formats, the one list.
+constexpr bool q35_supports(ggml_type t) { return quant::is_supported(uint32_t(t)); }
+inline constexpr std::string_view q35_supported_types = quant::supported_format_names;
 
 inline std::string shape_string(const tensor_shape& ne, uint32_t n_dims = 4) {
   while (n_dims > 1 && ne[n_dims - 1] == 1) --n_dims;
