@@ -59,6 +59,38 @@ TEST_CASE("gemm: Qwen3.5 hidden size 4096 as K, 37 prompt tokens" * test::needs_
   check_gemm<quant::q8_0_format>(96, 4096, 65, epilogue::swiglu, 82);
 }
 
+// Non-finite inputs propagate as IEEE arithmetic says, and stay in their token and row: a NaN
+// activation of token 33 makes that token's outputs NaN while tokens 32 and 34 of the same 32-token
+// tile stay finite; an infinite weight scale in row 66 (second row tile) makes only that row non-finite.
+TEST_CASE("gemm: NaN and inf inputs propagate per token and per row" * test::needs_device()) {
+  using F = quant::q8_0_format;
+  const int64_t rows = 70, cols = 128, n_tokens = 35, nan_token = 33, inf_row = 66;
+  auto w = test::random_weights<F>(rows, cols, 93);
+  const size_t inf_block = size_t(inf_row * (cols / F::block_elems) + 1) * F::block_bytes;  // row 66, block 1
+  w[inf_block + 0] = 0x00;                                                                  // d = +inf (f16 0x7c00)
+  w[inf_block + 1] = 0x7c;
+  auto x = test::random_floats(size_t(n_tokens * cols), 94);
+  x[size_t(nan_token * cols + 70)] = NAN;
+  auto dw = test::to_device(w);
+  auto dx = test::to_device(x);
+  test::for_each_order([&] {
+    auto dy = test::poisoned<float>(size_t(n_tokens * rows));
+    launch::gemm_args<F> a;
+    a.w = reinterpret_cast<const F::block*>(dw.data()), a.x = dx.data(), a.y = dy.data();
+    a.rows = rows, a.cols = cols, a.n_tokens = n_tokens, a.epilogue = epilogue::store;
+    Q35_REQUIRE_OK(launch::gemm(a));
+    const auto y = test::to_host(dy);
+    int64_t bad = 0;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const float v = y[size_t(t * rows + r)];
+        bad += t == nan_token ? !std::isnan(v) : std::isfinite(v) != (r != inf_row);
+      }
+    }
+    CHECK(bad == 0);
+  });
+}
+
 TEST_CASE("gemm: empty batch and validation") {
   launch::gemm_args<quant::q8_0_format> a;
   alignas(16) static float x[64];
