@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -145,6 +146,48 @@ class attn_case {
     if (!r.ok()) return {r, {}};
     for (size_t b = 0; b < batch.size(); ++b) seqs[batch[b]].len += n_new[b];
     return {status::success(), append_only ? std::vector<float>{} : to_host(d_out)};
+  }
+
+  // Writes the K/V of sequence i's tokens len .. n-1 straight into their pages from the host, as the
+  // append kernel would store them (K = T(rope(rms(k) * w)) rounded once, V = T(v)): a long history
+  // without running the append kernel over it on the sim.
+  void fill_direct(size_t i, int64_t n) {
+    attn_seq& s = seqs[i];
+    Q35_REQUIRE_OK(alloc.reserve(s.id, n));
+    const kv::kv_layer_view view = pool.layer(0);
+    const int D = shape.head_dim, KV = shape.n_kv_heads, P = view.page_tokens;
+    const size_t eb = kv::kv_type_bytes(type);
+    const size_t region = size_t(view.n_pages) * size_t(KV * P * D) * eb;
+    std::vector<unsigned char> hk(region), hv(region);
+    Q35_REQUIRE_OK(copy(hk.data(), view.k, region, copy_kind::device_to_host));
+    Q35_REQUIRE_OK(copy(hv.data(), view.v, region, copy_kind::device_to_host));
+    Q35_REQUIRE_OK(synchronize());
+    std::vector<double> k(static_cast<size_t>(D)), mag(static_cast<size_t>(D));
+    const auto put = [&](unsigned char* dst, float x) {
+      if (type == kv::kv_type::f32) {
+        std::memcpy(dst, &x, 4);
+      } else {
+        const uint16_t b =
+            type == kv::kv_type::f16 ? q35::detail::float_to_half_bits(x) : q35::detail::float_to_bf16_bits(x);
+        std::memcpy(dst, &b, 2);
+      }
+    };
+    for (int64_t t = s.len; t < n; ++t) {
+      const int64_t page = alloc.pages(s.id)[size_t(t / P)];
+      for (int h = 0; h < KV; ++h) {
+        const size_t o = size_t((t * KV + h) * D);
+        ref::norm_rope(s.k.data() + o, k_norm.data(), shape, t, k.data(), mag.data());
+        const size_t at = size_t(((page * KV + h) * P + t % P) * D) * eb;
+        for (int d = 0; d < D; ++d) {
+          put(hk.data() + at + size_t(d) * eb, float(k[size_t(d)]));
+          put(hv.data() + at + size_t(d) * eb, s.v[o + size_t(d)]);
+        }
+      }
+    }
+    Q35_REQUIRE_OK(copy(view.k, hk.data(), region, copy_kind::host_to_device));
+    Q35_REQUIRE_OK(copy(view.v, hv.data(), region, copy_kind::host_to_device));
+    Q35_REQUIRE_OK(synchronize());
+    s.len = n;
   }
 
   // The float64 K/V of sequence i's first n tokens.

@@ -169,4 +169,52 @@ TEST_CASE("attention: running out of pages is a status and changes nothing" * te
   CHECK(c.check(ok.out, {0}, {64}) == 0);
 }
 
+// The >= 32k context: one kv head, two q heads, head_dim 128, f16; the history written from the host,
+// then one decode step with the automatic split (64 splits of 512 keys) and with a single split (the
+// longest accumulation chains). Default thread order only.
+TEST_CASE("attention decode: a 32768-token context" * test::needs_device()) {
+  const int64_t n = 32768;
+  test::attn_case c(1, 2, 128, 32, kv_type::f16, 16, n / 16, 111);
+  c.grow(0, n);
+  c.fill_direct(0, n - 1);
+  for (int splits : {0, 1}) {
+    CAPTURE(splits);
+    auto r = c.step({0}, {1}, false, splits);
+    Q35_REQUIRE_OK(r.st);
+    CHECK(c.check(r.out, {0}, {1}) == 0);
+    c.seqs[0].len -= 1;
+  }
+  // and a 2-token prefill chunk at the end of the same context
+  c.seqs[0].len -= 1;
+  auto r = c.step({0}, {2}, true, 0);
+  Q35_REQUIRE_OK(r.st);
+  CHECK(c.check(r.out, {0}, {2}) == 0);
+}
+
+TEST_CASE("attention: invalid arguments are statuses naming the value") {
+  test::attn_case c(2, 2, 128, 32, kv_type::f16, 16, 8, 121);
+  launch::attn_core_args a;
+  a.shape = c.lshape;
+  a.kv = c.pool.layer(0);
+  const auto msg = [&](auto mutate) {
+    launch::attn_core_args b = a;
+    mutate(b);
+    const status s = launch::validate(b);
+    CHECK(s.code() == status_code::invalid_argument);
+    return s.message();
+  };
+  CHECK(msg([](auto& b) { b.shape.head_dim = 64; }).find("head_dim = 64") != std::string::npos);
+  CHECK(msg([](auto& b) { b.shape.value_dim = 256; }).find("value_dim = 256") != std::string::npos);
+  CHECK(msg([](auto& b) { b.shape.n_heads = 3; }).find("n_heads = 3") != std::string::npos);
+  CHECK(msg([](auto& b) { b.shape.rope_dim = 12; }).find("rope_dim = 12") != std::string::npos);
+  CHECK(msg([](auto& b) { b.shape.rope_theta = 0; }).find("rope_theta") != std::string::npos);
+  CHECK(msg([](auto& b) { b.shape.n_kv_heads = 1, b.shape.n_heads = 4; }).find("KV view") != std::string::npos);
+  CHECK(msg([](auto& b) { b.batch.n_splits = 65; }).find("n_splits = 65") != std::string::npos);
+  CHECK(msg([](auto& b) {
+          b.batch.n_tokens = 3, b.batch.max_seq_tokens = 4, b.batch.max_seq_len = 4, b.batch.n_seqs = 1;
+        }).find("max_seq_tokens = 4 exceeds") != std::string::npos);
+  CHECK(msg([](auto& b) { b.workspace_bytes = 0; }).find("workspace") != std::string::npos);
+  CHECK(msg([](auto& b) { b.kv = {}; }).find("empty KV view") != std::string::npos);
+}
+
 }  // namespace
