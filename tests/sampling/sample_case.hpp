@@ -9,6 +9,7 @@
 #include "q35/launch/launch.hpp"
 #include "q35/launch/sample.hpp"
 #include "q35/ops/sampling.hpp"
+#include "q35/ops/sampling_candidates.hpp"
 #include "q35/ops/sampling_select.hpp"
 #include "reference/sampling_reference.hpp"
 #include "test_util.hpp"
@@ -65,18 +66,28 @@ struct sampler {
     return a;
   }
 
-  std::vector<int32_t> draw(const launch::sampling_params& p) {
+  // fast = false: the kernel restricted to its general path (launch::sample chooses per row).
+  std::vector<int32_t> draw(const launch::sampling_params& p, bool fast = true) {
     ids = poisoned<int32_t>(size_t(n_rows));
-    Q35_REQUIRE_OK(launch::sample(args(p)));
+    const launch::sample_args a = args(p);
+    if (fast) {
+      Q35_REQUIRE_OK(launch::sample(a));
+    } else {
+      Q35_REQUIRE_OK(launch::validate(a));
+      Q35_REQUIRE_OK(launch::with_sample_shape(
+          n_vocab, [&](auto shape) { return launch::detail::run_sample<decltype(shape), false>(a, nullptr); }));
+    }
     return to_host(ids);
   }
   uint64_t counter_value() { return to_host(counter)[0]; }
 };
 
-// Test kernel: what ops::select_kept decides for each entry (kept, and the draw weight).
-template <int Threads>
+// Test kernel: what the kernel's selection decides for each entry (kept, and the draw weight), on
+// the fast path (when it applies) or, with Fast = false, always on the general path.
+template <int Threads, int Capacity, bool Fast>
 struct kept_probe_kernel {
   static constexpr int threads = Threads;
+  static constexpr int capacity = Capacity;
   struct params {
     const float* logits;          // [n_rows, n_vocab]
     const int32_t* maybe_recent;  // [n_rows, window] or null
@@ -84,13 +95,18 @@ struct kept_probe_kernel {
     uint64_t* weight;             // [n_rows, n_vocab]: fixed-point draw weight of kept entries, else 0
     int32_t* argmax;              // [n_rows]
     int32_t* sampled;             // [n_rows]: 1 when the row is sampled
+    int32_t* fast;                // [n_rows]: 1 when the fast path decided
     int64_t n_rows;
     int n_vocab;
     int window;
     ops::sample_config cfg;
   };
   struct shared_storage {
-    ops::sample_select_storage<Threads> select;
+    typename block::reduce<warp::arg_value, Threads>::storage argmax;
+    union {
+      ops::sample_candidate_storage<Threads, capacity> candidates;
+      ops::sample_search_storage search;
+    } path;
   };
   static dim3 grid(const params& p) { return dim3(unsigned(p.n_rows)); }
   static size_t dynamic_shared_bytes(const params& p) {
@@ -104,29 +120,54 @@ struct kept_probe_kernel {
       ops::build_penalty_bitmap<Threads>(bitmap, p.maybe_recent + r * p.window, p.window, p.n_vocab);
     }
     const ops::sample_row row{p.logits + r * p.n_vocab, bitmap, p.n_vocab, p.cfg.penalty};
-    const ops::sample_selection sel = ops::select_kept<Threads>(row, p.cfg, s.select);
+    ops::sample_selection sel = ops::selection_of(ops::row_argmax<Threads>(row, s.argmax), p.cfg);
     const bool sampled = sel.sampled(p.cfg);
-    ops::for_each_entry<Threads>(row, [&](int i, float l) {
-      const bool k = sampled && sel.kept(l, i);
-      p.kept[r * p.n_vocab + i] = k ? 1 : 0;
-      p.weight[r * p.n_vocab + i] = k ? sel.weight(l) : 0;
+    ops::for_each_entry<Threads>(row, [&](int i, float) {
+      p.kept[r * p.n_vocab + i] = 0;
+      p.weight[r * p.n_vocab + i] = 0;
     });
     if (arch::thread_rank() == 0) {
       p.argmax[r] = sel.argmax;
       p.sampled[r] = sampled ? 1 : 0;
+      p.fast[r] = 0;
     }
+    if (!sampled) return;
+    if (Fast) {
+      const ops::candidate_selection cs =
+          ops::select_candidates<Threads, capacity>(row, p.cfg, sel.m, s.path.candidates);
+      if (cs.ok) {
+        // (the zeroing above is ordered before these writes by the barriers of select_candidates)
+        constexpr int per_thread = capacity / Threads;
+        for (int j = arch::thread_rank() * per_thread; j < (arch::thread_rank() + 1) * per_thread && j < cs.n; ++j) {
+          const uint64_t key = s.path.candidates.keys[j];
+          const int id = ops::sort_key_id(key);
+          p.kept[r * p.n_vocab + id] = 1;
+          p.weight[r * p.n_vocab + id] = sel.weight(ops::sort_key_value(key));
+        }
+        if (arch::thread_rank() == 0) p.fast[r] = 1;
+        return;
+      }
+      arch::sync_block();
+    }
+    ops::select_kept<Threads>(row, p.cfg, sel, s.path.search);
+    ops::for_each_entry<Threads>(row, [&](int i, float l) {
+      const bool k = sel.kept(l, i);
+      p.kept[r * p.n_vocab + i] = k ? 1 : 0;
+      p.weight[r * p.n_vocab + i] = k ? sel.weight(l) : 0;
+    });
   }
 };
 
 struct probe_result {
   std::vector<uint8_t> kept;
   std::vector<uint64_t> weight;
-  std::vector<int32_t> argmax, sampled;
+  std::vector<int32_t> argmax, sampled, fast;
 };
 
-// Runs the probe on the block size launch::sample would use for n_vocab.
-inline probe_result probe_kept(const std::vector<float>& h_logits, int n_rows, int n_vocab,
-                               const launch::sampling_params& sp, const std::vector<int32_t>& h_recent = {}) {
+// Runs the probe on the block shape launch::sample would use for n_vocab.
+template <bool Fast>
+probe_result probe_kept(const std::vector<float>& h_logits, int n_rows, int n_vocab, const launch::sampling_params& sp,
+                        const std::vector<int32_t>& h_recent = {}) {
   auto logits = to_device(h_logits);
   device_buffer<int32_t> recent;
   const bool penalize = !h_recent.empty() && sp.repeat_last_n > 0 && sp.repeat_penalty != 1.0f;
@@ -135,20 +176,23 @@ inline probe_result probe_kept(const std::vector<float>& h_logits, int n_rows, i
   auto weight = poisoned<uint64_t>(size_t(n_rows) * size_t(n_vocab));
   auto argmax = poisoned<int32_t>(size_t(n_rows));
   auto sampled = poisoned<int32_t>(size_t(n_rows));
-  const auto run = [&](auto threads) {
-    using kernel = kept_probe_kernel<decltype(threads)::value>;
-    const typename kernel::params p{logits.data(),    penalize ? recent.data() : nullptr,
-                                    kept.data(),      weight.data(),
-                                    argmax.data(),    sampled.data(),
-                                    int64_t(n_rows),  n_vocab,
-                                    sp.repeat_last_n, launch::sample_config_of(sp, n_vocab)};
+  auto fast = poisoned<int32_t>(size_t(n_rows));
+  launch::with_sample_shape(n_vocab, [&](auto shape) {
+    using kernel = kept_probe_kernel<decltype(shape)::threads, decltype(shape)::capacity, Fast>;
+    const typename kernel::params p{logits.data(),
+                                    penalize ? recent.data() : nullptr,
+                                    kept.data(),
+                                    weight.data(),
+                                    argmax.data(),
+                                    sampled.data(),
+                                    fast.data(),
+                                    int64_t(n_rows),
+                                    n_vocab,
+                                    sp.repeat_last_n,
+                                    launch::sample_config_of(sp, n_vocab)};
     Q35_REQUIRE_OK(launch::launch<kernel>(p));
-  };
-  if (n_vocab <= launch::sample_small_vocab)
-    run(std::integral_constant<int, 128>{});
-  else
-    run(std::integral_constant<int, 1024>{});
-  return probe_result{to_host(kept), to_host(weight), to_host(argmax), to_host(sampled)};
+  });
+  return probe_result{to_host(kept), to_host(weight), to_host(argmax), to_host(sampled), to_host(fast)};
 }
 
 }  // namespace q35::test

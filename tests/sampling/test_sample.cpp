@@ -137,30 +137,33 @@ TEST_CASE("draws follow the exact distribution (chi-square, alpha = 1e-4); a wro
   const std::vector<int32_t> window = {0, 1, 2, 3, 1, -1};
   std::vector<int32_t> recent;
   for (int r = 0; r < n_rows; ++r) recent.insert(recent.end(), window.begin(), window.end());
-  for (const draw_case& c : draw_cases()) {
-    CAPTURE(std::string(c.name));
-    const bool penalty = c.p.repeat_penalty != 1.0f;
-    test::sampler s(repeat_rows(row, n_rows), n_rows, n_vocab, penalty ? recent : std::vector<int32_t>{});
-    launch::sampling_params p = c.p;
-    p.seed = 0x5eed0001;
-    std::vector<int64_t> counts(size_t(n_vocab), 0);
-    for (int call = 0; call < n_calls; ++call)
-      for (int32_t id : s.draw(p)) {
-        REQUIRE(id >= 0);
-        REQUIRE(id < n_vocab);
-        ++counts[size_t(id)];
-      }
-    const int32_t* win = penalty ? window.data() : nullptr;
-    const auto want = reference::sample_reference(row.data(), n_vocab, test::ref_params(c.p), win);
-    const auto wrong = reference::sample_reference(row.data(), n_vocab, test::ref_params(c.wrong), win);
-    const reference::chi_square x2 = reference::chi_square_of(counts, want.prob);
-    const reference::chi_square x2_wrong = reference::chi_square_of(counts, wrong.prob);
-    const double crit = reference::chi_square_critical(x2.df, chi_square_z);
-    const double crit_wrong = reference::chi_square_critical(x2_wrong.df, chi_square_z);
-    MESSAGE(std::string(c.name), ": chi2 = ", x2.statistic, " (df ", x2.df, ", critical ", crit,
-            "); against the wrong filter ", x2_wrong.statistic, " (critical ", crit_wrong, ")");
-    CHECK(x2.statistic < crit);
-    CHECK(x2_wrong.statistic > 3.0 * crit_wrong);
+  for (const bool fast : {true, false}) {
+    for (const draw_case& c : draw_cases()) {
+      CAPTURE(fast);
+      CAPTURE(std::string(c.name));
+      const bool penalty = c.p.repeat_penalty != 1.0f;
+      test::sampler s(repeat_rows(row, n_rows), n_rows, n_vocab, penalty ? recent : std::vector<int32_t>{});
+      launch::sampling_params p = c.p;
+      p.seed = 0x5eed0001;
+      std::vector<int64_t> counts(size_t(n_vocab), 0);
+      for (int call = 0; call < n_calls; ++call)
+        for (int32_t id : s.draw(p, fast)) {
+          REQUIRE(id >= 0);
+          REQUIRE(id < n_vocab);
+          ++counts[size_t(id)];
+        }
+      const int32_t* win = penalty ? window.data() : nullptr;
+      const auto want = reference::sample_reference(row.data(), n_vocab, test::ref_params(c.p), win);
+      const auto wrong = reference::sample_reference(row.data(), n_vocab, test::ref_params(c.wrong), win);
+      const reference::chi_square x2 = reference::chi_square_of(counts, want.prob);
+      const reference::chi_square x2_wrong = reference::chi_square_of(counts, wrong.prob);
+      const double crit = reference::chi_square_critical(x2.df, chi_square_z);
+      const double crit_wrong = reference::chi_square_critical(x2_wrong.df, chi_square_z);
+      MESSAGE(std::string(fast ? "" : "general path: "), std::string(c.name), ": chi2 = ", x2.statistic, " (df ", x2.df,
+              ", critical ", crit, "); against the wrong filter ", x2_wrong.statistic, " (critical ", crit_wrong, ")");
+      CHECK(x2.statistic < crit);
+      CHECK(x2_wrong.statistic > 3.0 * crit_wrong);
+    }
   }
 }
 

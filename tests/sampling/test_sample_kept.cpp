@@ -95,9 +95,14 @@ std::vector<named_params> filter_cases() {
 
 // Compares the probe with the reference on every row; returns the rows whose kept set differs from
 // the exact one within the tolerances.
+// fast: the kernel's fast path where it applies (it adds the rows it decided to *n_fast), else the
+// general path.
 int compare_rows(const std::vector<float>& logits, int n_rows, int n_vocab, const launch::sampling_params& sp,
-                 const std::vector<int32_t>& recent) {
-  const test::probe_result got = test::probe_kept(logits, n_rows, n_vocab, sp, recent);
+                 const std::vector<int32_t>& recent, bool fast = true, int* n_fast = nullptr) {
+  const test::probe_result got = fast ? test::probe_kept<true>(logits, n_rows, n_vocab, sp, recent)
+                                      : test::probe_kept<false>(logits, n_rows, n_vocab, sp, recent);
+  if (n_fast)
+    for (int f : got.fast) *n_fast += f;
   // top-p: weights carry (|x| + 1) 2^-21 relative (|x| <= 28 where a weight is not 0 at T = 1),
   // truncation n 2^-40 absolute against Z >= 1; cum / Z doubles both.
   const double mass_tol = 2.0 * 29.0 * std::ldexp(1.0, -21) + 2.0 * double(n_vocab) * std::ldexp(1.0, -40);
@@ -148,25 +153,30 @@ int compare_rows(const std::vector<float>& logits, int n_rows, int n_vocab, cons
 
 TEST_CASE("select_kept: each filter alone and combined equals the float64 kept set and probabilities" *
           test::needs_device()) {
-  int compared = 0, within_tol = 0;
-  for (const named_params& c : filter_cases()) {
-    CAPTURE(std::string(c.name));
-    for (int n_vocab : {1, 7, 64, 300, 5000}) {
-      CAPTURE(n_vocab);
-      for (logit_kind kind : {logit_kind::spread, logit_kind::ties, logit_kind::specials}) {
-        CAPTURE(int(kind));
-        const int n_rows = 3;
-        const uint64_t seed = uint64_t(n_vocab) * 131 + uint64_t(kind) * 7 + 1;
-        const auto logits = make_logits(n_rows, n_vocab, kind, seed);
-        const auto recent = c.p.repeat_penalty != 1.0f ? make_recent(n_rows, c.p.repeat_last_n, n_vocab, seed + 5)
-                                                       : std::vector<int32_t>{};
-        within_tol += compare_rows(logits, n_rows, n_vocab, c.p, recent);
-        compared += n_rows;
+  int compared = 0, within_tol = 0, n_fast = 0;
+  for (const bool fast : {true, false}) {
+    CAPTURE(fast);
+    for (const named_params& c : filter_cases()) {
+      CAPTURE(std::string(c.name));
+      for (int n_vocab : {1, 7, 64, 300, 5000}) {
+        CAPTURE(n_vocab);
+        for (logit_kind kind : {logit_kind::spread, logit_kind::ties, logit_kind::specials}) {
+          CAPTURE(int(kind));
+          const int n_rows = 3;
+          const uint64_t seed = uint64_t(n_vocab) * 131 + uint64_t(kind) * 7 + 1;
+          const auto logits = make_logits(n_rows, n_vocab, kind, seed);
+          const auto recent = c.p.repeat_penalty != 1.0f ? make_recent(n_rows, c.p.repeat_last_n, n_vocab, seed + 5)
+                                                         : std::vector<int32_t>{};
+          within_tol += compare_rows(logits, n_rows, n_vocab, c.p, recent, fast, &n_fast);
+          compared += n_rows;
+        }
       }
     }
   }
-  MESSAGE("rows compared: ", compared, ", kept set other than the exact one (within the tolerance): ", within_tol);
+  MESSAGE("rows compared: ", compared, " (", n_fast, " on the fast path), kept set other than the exact one (within ",
+          "the tolerance): ", within_tol);
   CHECK(within_tol * 50 < compared);
+  CHECK(n_fast * 3 > compared);  // both paths are covered
 }
 
 TEST_CASE("select_kept under every sim thread order" * test::needs_device()) {
@@ -174,7 +184,12 @@ TEST_CASE("select_kept under every sim thread order" * test::needs_device()) {
   p.repeat_penalty = 1.2f, p.repeat_last_n = 8;
   const auto logits = make_logits(2, 300, logit_kind::ties, 99);
   const auto recent = make_recent(2, 8, 300, 98);
-  test::for_each_order([&] { compare_rows(logits, 2, 300, p, recent); });
+  test::for_each_order([&] {
+    int n_fast = 0;
+    compare_rows(logits, 2, 300, p, recent, true, &n_fast);
+    CHECK(n_fast == 2);
+    compare_rows(logits, 2, 300, p, recent, false);
+  });
 }
 
 TEST_CASE("select_kept: a 248,320-entry row (Qwen3.5's vocabulary)" * test::needs_device()) {
@@ -196,8 +211,12 @@ TEST_CASE("select_kept: a 248,320-entry row (Qwen3.5's vocabulary)" * test::need
                         [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
       std::copy(ids.begin(), ids.begin() + 10, recent.begin() + 20);
     }
-    const int within_tol = compare_rows(logits, 1, n_vocab, p, recent);
-    MESSAGE(std::string(name), ": kept set other than the exact one within the tolerance: ", within_tol);
+    int n_fast = 0;
+    const int within_tol = compare_rows(logits, 1, n_vocab, p, recent, true, &n_fast);
+    const int within_tol_general = compare_rows(logits, 1, n_vocab, p, recent, false);
+    MESSAGE(std::string(name), ": fast path ", std::string(n_fast ? "taken" : "not taken"),
+            "; kept set other than the exact one within the tolerance: ", within_tol, " (general path ",
+            within_tol_general, ")");
   }
 }
 

@@ -2,23 +2,31 @@
 // min-p, temperature and a Philox draw), in one launch.
 //
 // Thread-to-data mapping: one block per row; thread t owns entries t, t + Threads, ... of the row
-// in every pass (argmax, the radix passes of top-k and top-p, the draw). Shared memory: the radix
-// histograms (24 KB) plus, with a repetition penalty, a bitmap of the penalised ids (n_vocab bits).
+// in every pass over it, and items [t E, t E + E) (E = Capacity / Threads) of the sorted candidate
+// list. Passes: argmax; then the fast path (a window histogram, a compaction, then work on <=
+// Capacity sorted candidates) or, when no filter bounds the kept set or the window is too large,
+// the general path (radix passes of top-k and top-p, a weighted pass for the draw). Shared memory:
+// the candidate list (8 B x Capacity) overlaid with the radix histograms (24 KB), plus, with a
+// repetition penalty, a bitmap of the penalised ids (n_vocab bits).
 #pragma once
 
 #include <cstdint>
 
 #include "q35/arch/atomic.hpp"
 #include "q35/arch/thread.hpp"
+#include "q35/block/reduce.hpp"
 #include "q35/core/config.hpp"
 #include "q35/core/dim3.hpp"
 #include "q35/ops/sampling.hpp"
+#include "q35/ops/sampling_candidates.hpp"
 #include "q35/ops/sampling_draw.hpp"
 #include "q35/ops/sampling_select.hpp"
+#include "q35/warp/reduce.hpp"
 
 namespace q35::kernels {
 
-template <int Threads>
+// FastPath = false: always the general path (tests compare both paths' draws).
+template <int Threads, int Capacity, bool FastPath = true>
 struct sample_kernel {
   static constexpr int threads = Threads;
 
@@ -33,7 +41,11 @@ struct sample_kernel {
     ops::sample_config cfg;
   };
   struct shared_storage {
-    ops::sample_select_storage<Threads> select;
+    typename block::reduce<warp::arg_value, Threads>::storage argmax;
+    union {
+      ops::sample_candidate_storage<Threads, Capacity> candidates;  // fast path
+      ops::sample_search_storage search;                            // general path, after it gave up
+    } path;
     ops::sample_draw_storage<Threads> draw;
     uint64_t call;  // the launch's index in the random stream
   };
@@ -60,14 +72,24 @@ struct sample_kernel {
       ops::build_penalty_bitmap<Threads>(bitmap, p.maybe_recent + r * p.window, p.window, p.n_vocab);
     }
     const ops::sample_row row{p.logits + r * p.n_vocab, bitmap, p.n_vocab, p.cfg.penalty};
-    const ops::sample_selection sel = ops::select_kept<Threads>(row, p.cfg, s.select);
+    ops::sample_selection sel = ops::selection_of(ops::row_argmax<Threads>(row, s.argmax), p.cfg);
     if (!sel.sampled(p.cfg)) {
       if (arch::thread_rank() == 0) p.out_ids[r] = sel.argmax;
       return;
     }
     // (s.call, written by thread 0, is visible: the argmax reduction passed a barrier since)
     const uint64_t bits = ops::sample_random_bits(p.cfg.seed_lo, p.cfg.seed_hi, s.call, uint64_t(r));
-    const int id = ops::draw_kept<Threads>(row, sel, bits, s.draw);
+    int id = -1;
+    const ops::candidate_selection fast =
+        FastPath ? ops::select_candidates<Threads, Capacity>(row, p.cfg, sel.m, s.path.candidates)
+                 : ops::candidate_selection{false, 0};
+    if (fast.ok) {
+      id = ops::draw_candidates<Threads, Capacity>(p.cfg, sel.m, fast.n, bits, s.path.candidates);
+    } else {
+      arch::sync_block();  // every thread has read the fast path's decision before the overlay is reused
+      ops::select_kept<Threads>(row, p.cfg, sel, s.path.search);
+      id = ops::draw_kept<Threads>(row, sel, bits, s.draw);
+    }
     if (id >= 0) p.out_ids[r] = id;
   }
 };

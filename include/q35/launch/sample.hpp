@@ -107,10 +107,31 @@ inline ops::sample_config sample_config_of(const sampling_params& p, int n_vocab
   return c;
 }
 
+// Block shape per vocabulary size: threads per row and the fast path's candidate capacity (8 bytes
+// of shared memory each). One warp serves small vocabularies (tests, toy models); a Qwen3.5 row
+// (248,320 entries) takes 1024 threads, the most memory parallelism one block can have.
+struct sample_shape_small {
+  static constexpr int max_vocab = 1024, threads = 32, capacity = 1024;
+};
+struct sample_shape_medium {
+  static constexpr int max_vocab = 4096, threads = 128, capacity = 4096;
+};
+struct sample_shape_large {
+  static constexpr int max_vocab = ops::sample_max_vocab, threads = 1024, capacity = 4096;
+};
+
+// Calls f(shape{}) with the shape launch::sample uses for n_vocab.
+template <class F>
+decltype(auto) with_sample_shape(int n_vocab, F&& f) {
+  if (n_vocab <= sample_shape_small::max_vocab) return f(sample_shape_small{});
+  if (n_vocab <= sample_shape_medium::max_vocab) return f(sample_shape_medium{});
+  return f(sample_shape_large{});
+}
+
 namespace detail {
-template <int Threads>
+template <class Shape, bool FastPath = true>
 status run_sample(const sample_args& a, stream_t stream) {
-  using kernel = kernels::sample_kernel<Threads>;
+  using kernel = kernels::sample_kernel<Shape::threads, Shape::capacity, FastPath>;
   const sampling_params& sp = a.params;
   const bool penalize = a.maybe_recent && sp.repeat_last_n > 0 && sp.repeat_penalty != 1.0f;
   const typename kernel::params p{
@@ -120,15 +141,11 @@ status run_sample(const sample_args& a, stream_t stream) {
 }
 }  // namespace detail
 
-// Vocabularies up to this size run on 128-thread blocks, larger ones on 1024 threads.
-inline constexpr int sample_small_vocab = 4096;
-
 // Samples one id per row into a.out_ids: one launch, asynchronous on cuda; none for 0 rows.
 inline status sample(const sample_args& a, stream_t stream = nullptr) {
   Q35_TRY(validate(a));
   if (a.n_rows == 0) return status::success();
-  if (a.n_vocab <= sample_small_vocab) return detail::run_sample<128>(a, stream);
-  return detail::run_sample<1024>(a, stream);
+  return with_sample_shape(a.n_vocab, [&](auto shape) { return detail::run_sample<decltype(shape)>(a, stream); });
 }
 
 }  // namespace q35::launch

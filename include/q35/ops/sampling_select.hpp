@@ -181,37 +181,37 @@ struct sample_selection {
   Q35_DEVICE bool sampled(const sample_config& c) const { return !c.greedy && m > -INFINITY && m < INFINITY; }
 };
 
+// The row's greedy id and value (warp::precedes: larger first, lowest id on ties, NaN last).
 template <int Threads>
-struct sample_select_storage {
-  typename block::reduce<warp::arg_value, Threads>::storage argmax;
-  sample_search_storage search;
-};
-
-// Argmax of the row, then, when sampling, top-k (a count goal) and top-p (a mass goal over the
-// top-k set at temperature 1); min-p stays a per-entry test. Every thread gets the same selection.
-template <int Threads>
-Q35_DEVICE sample_selection select_kept(const sample_row& row, const sample_config& c,
-                                        sample_select_storage<Threads>& s) {
+Q35_DEVICE warp::arg_value row_argmax(const sample_row& row,
+                                      typename block::reduce<warp::arg_value, Threads>::storage& s) {
   warp::arg_value best{NAN, warp::no_index};
   for_each_entry<Threads>(row, [&](int i, float l) {
     const warp::arg_value v{l, i};
     if (warp::precedes(v, best)) best = v;
   });
-  best = block::reduce<warp::arg_value, Threads>::all(best, s.argmax, warp::argmax_op{});
-  sample_selection sel{
+  return block::reduce<warp::arg_value, Threads>::all(best, s, warp::argmax_op{});
+}
+
+Q35_DEVICE sample_selection selection_of(const warp::arg_value& best, const sample_config& c) {
+  return sample_selection{
       best.value != best.value ? -INFINITY : best.value, best.index, 0, c.use_min_p, c.log_min_p, c.temperature};
-  if (!sel.sampled(c)) return sel;
+}
+
+// The general path: top-k (a count goal) and top-p (a mass goal over the top-k set at temperature 1)
+// by radix selection over the row; min-p stays a per-entry test. For a sampled selection `sel`
+// (from selection_of); every thread gets the same threshold.
+template <int Threads>
+Q35_DEVICE void select_kept(const sample_row& row, const sample_config& c, sample_selection& sel,
+                            sample_search_storage& s) {
   const bool top_k = c.top_k < row.n_vocab, top_p = c.top_p < 1.0f;
   uint64_t z = 0;  // mass of the top-k set (0: the whole row)
   if (top_k) {
-    const sample_prefix k =
-        find_prefix<Threads>(row, sel.m, prefix_goal{false, uint32_t(c.top_k), 1.0f, 0}, top_p, s.search);
+    const sample_prefix k = find_prefix<Threads>(row, sel.m, prefix_goal{false, uint32_t(c.top_k), 1.0f, 0}, top_p, s);
     sel.threshold = k.threshold;
     z = k.mass;
   }
-  if (top_p)
-    sel.threshold = find_prefix<Threads>(row, sel.m, prefix_goal{true, 0, c.top_p, z}, true, s.search).threshold;
-  return sel;
+  if (top_p) sel.threshold = find_prefix<Threads>(row, sel.m, prefix_goal{true, 0, c.top_p, z}, true, s).threshold;
 }
 
 }  // namespace q35::ops
