@@ -1,4 +1,5 @@
-// arch/fence.hpp: the "last block finishes the work" pattern across blocks (and sim workers).
+// arch/fence.hpp: the "last block finishes the work" pattern across blocks, on a GPU and on the sim
+// in its delay_stores mode (a block's stores reach other blocks' load_coherent only at its fence).
 #include <cmath>
 #include <cstdint>
 
@@ -15,6 +16,8 @@ using namespace q35;
 
 // Each block sums its slice of x into partial[block]; the last block to arrive sums the partials
 // into *total and resets the counter, so the kernel can be launched again on the same workspace.
+// WriterFence = false drops the fence between a block's partial and its count (a bug to detect).
+template <bool WriterFence = true>
 struct last_block_sum_kernel {
   using reduce = block::reduce<float, 128>;
   struct params {
@@ -35,7 +38,7 @@ struct last_block_sum_kernel {
     const float sum = reduce::sum(p.x[b * threads + arch::thread_rank()], s.red);
     if (arch::thread_rank() == 0) {
       p.partial[b] = sum;
-      arch::thread_fence();  // the partial is visible before the counter says so
+      if constexpr (WriterFence) arch::thread_fence();  // the partial is visible before the counter says so
       s.is_last = arch::atomic_add(p.counter, 1u) + 1 == uint32_t(p.n_blocks);
     }
     arch::sync_block();
@@ -48,34 +51,71 @@ struct last_block_sum_kernel {
   }
 };
 
-// What this case proves depends on the backend:
-// - cuda (a GPU): the fences. Without the writer's fence the counter can be seen before the partial and
-//   the last block sums a stale (poisoned: NaN) partial; without the reader's fence its loads may be
-//   ordered before the atomic. A missing fence is a race, so a pass is evidence, not proof.
-// - sim: only the counter logic (exactly one last block, the reset for the next launch, every partial
-//   summed) across thread orders (and two workers in CI's second run). It passes with both fences deleted: the blocks
-//   of one worker run one after another, and between workers x86 keeps stores in program order and the atomic is a
-//   locked instruction, so a partial is always visible before the count that publishes it. The sim cannot delay plain
-//   stores (they are ordinary host stores it does not see), so it has no mode that would expose a missing fence.
-TEST_CASE("arch: thread_fence + atomic counter lets the last block read every block's result" * test::needs_device()) {
-  const int n_blocks = 61;
+// Launches the kernel `launches` times on one workspace, poisoning the partials before each launch
+// (a partial read before its block's store is visible is NaN); returns the launches whose total
+// was wrong, and checks that the counter was reset.
+template <bool WriterFence = true>
+int wrong_sums(int n_blocks, int launches) {
   auto x = test::random_floats(size_t(n_blocks) * 128, 70);
   // x in multiples of 1/64 keeps every partial and the total exact, whatever the summation order
   for (auto& v : x) v = std::round(v * 64) / 64;
   double want = 0;
   for (float v : x) want += v;
   auto d_x = test::to_device(x);
-  auto partial = test::poisoned<float>(n_blocks);
+  auto partial = test::poisoned<float>(size_t(n_blocks));
   auto counter = test::to_device(std::vector<uint32_t>{0});
-  test::for_each_order([&] {
-    for (int launch_no = 0; launch_no < 2; ++launch_no) {
-      auto total = test::poisoned<float>(1);
-      Q35_REQUIRE_OK(
-          launch::launch<last_block_sum_kernel>({d_x.data(), partial.data(), counter.data(), total.data(), n_blocks}));
-      CHECK(double(test::to_host(total)[0]) == want);
-      CHECK(test::to_host(counter)[0] == 0u);
-    }
-  });
+  auto total = test::poisoned<float>(1);
+  int wrong = 0;
+  for (int launch_no = 0; launch_no < launches; ++launch_no) {
+    Q35_REQUIRE_OK(fill_bytes(partial.data(), 0xff, partial.bytes()));
+    Q35_REQUIRE_OK(fill_bytes(total.data(), 0xff, total.bytes()));
+    Q35_REQUIRE_OK(launch::launch<last_block_sum_kernel<WriterFence>>(
+        {d_x.data(), partial.data(), counter.data(), total.data(), n_blocks}));
+    wrong += double(test::to_host(total)[0]) != want;
+  }
+  CHECK(test::to_host(counter)[0] == 0u);
+  return wrong;
+}
+
+#if Q35_BACKEND_SIM
+// The sim options with delay_stores on (and the current order and workers otherwise).
+sim::options delayed_stores() {
+  sim::options o = sim::current_options();
+  o.delay_stores = true;
+  return o;
+}
+#endif
+
+// Exactly one last block per launch, every partial summed through the fences, the counter reset for
+// the next launch; across thread orders. On the sim in delay_stores mode a partial reaches the last
+// block's load_coherent only through its block's fence, so the writer's fence is checked (next case).
+TEST_CASE("arch: thread_fence + atomic counter lets the last block read every block's result" * test::needs_device()) {
+#if Q35_BACKEND_SIM
+  sim::scoped_options delay(delayed_stores());
+#endif
+  test::for_each_order([&] { CHECK(wrong_sums(61, 2) == 0); });
+}
+
+#if Q35_BACKEND_SIM
+// Without the writer's fence the sim in delay_stores mode shows the last block only poisoned partials
+// (every launch wrong). The default mode lets the same bug pass: blocks run one after another, and
+// between workers x86 keeps stores in order. What the mode cannot show: a missing fence on the
+// reading side (between the atomic and the loads), since a fence publishes and the sim's reads do
+// not move earlier; the next case checks both fences on a GPU.
+TEST_CASE("sim: delay_stores exposes a missing writer fence that the default mode lets pass") {
+  sim::scoped_options delay(delayed_stores());
+  CHECK(wrong_sums<false>(61, 3) == 3);
+  CHECK(wrong_sums<true>(61, 3) == 0);
+}
+#endif
+
+// Both fences on a GPU: thousands of blocks in flight at once, many launches. Without the writer's
+// fence the count can become visible before the partial and the last block sums a NaN; without the
+// reader's fence its loads may be served before the atomic. A missing fence is a race, so a pass
+// here is evidence, not proof.
+TEST_CASE("arch: thread_fence publishes each partial before the counter (GPU only)" *
+          doctest::skip(Q35_BACKEND_SIM || !device_available())) {
+  CHECK(wrong_sums(4096, 200) == 0);
 }
 
 }  // namespace arch_test_fence

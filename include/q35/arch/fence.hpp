@@ -6,6 +6,8 @@
 
 #if Q35_BACKEND_SIM
 #include <atomic>
+
+#include "q35/sim/visibility.hpp"
 #endif
 
 namespace q35::arch {
@@ -18,6 +20,7 @@ Q35_DEVICE void thread_fence() {
   __threadfence();
 #else
   std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (sim::store_visibility* v = sim::detail::tls_visibility) v->publish();  // options::delay_stores
 #endif
 }
 
@@ -28,6 +31,10 @@ Q35_DEVICE T load_coherent(const T* p) {
 #if Q35_BACKEND_CUDA
   return __ldcg(p);
 #else
+  if (const sim::store_visibility* v = sim::detail::tls_visibility) {        // options::delay_stores
+    T out;
+    if (v->read(p, sizeof(T), &out)) return out;
+  }
   return *p;
 #endif
 }

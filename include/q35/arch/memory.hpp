@@ -14,6 +14,8 @@
 
 #if Q35_BACKEND_CUDA
 #include <cuda_runtime.h>
+#else
+#include "q35/sim/visibility.hpp"
 #endif
 
 namespace q35 {
@@ -43,6 +45,7 @@ inline status device_alloc(void** ptr, size_t bytes) {
     return error(status_code::out_of_memory, "sim: cannot allocate " + std::to_string(bytes) + " bytes");
   *ptr = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
   if (!*ptr) return error(status_code::out_of_memory, "sim: cannot allocate " + std::to_string(bytes) + " bytes");
+  sim::register_allocation(*ptr, bytes);  // for options::delay_stores
   return status::success();
 #endif
 }
@@ -52,6 +55,7 @@ inline void device_free(void* ptr) {
 #if Q35_BACKEND_CUDA
   cudaFree(ptr);
 #else
+  sim::unregister_allocation(ptr);
   std::free(ptr);
 #endif
 }

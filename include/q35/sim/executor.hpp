@@ -15,6 +15,7 @@
 #include "q35/sim/device_api.hpp"
 #include "q35/sim/options.hpp"
 #include "q35/sim/stack_pool.hpp"
+#include "q35/sim/visibility.hpp"
 
 namespace q35::sim {
 
@@ -51,6 +52,7 @@ class block_runner {
     b.grid_dim = g;
     b.shared = shared_;
     std::memset(shared_, shared_poison, cfg_.shared_bytes);
+    if (tls_visibility) tls_visibility->begin_block();
     const int n = int(volume(bd));
     b.threads.resize(size_t(n));
     b.warps.resize(size_t((n + 31) / 32));
@@ -209,7 +211,15 @@ class block_runner {
 inline status execute(const launch_config& cfg, const options& opt = current_options()) {
   const int64_t n_blocks = volume(cfg.grid);
   if (n_blocks == 0) return status::success();
-  const int workers = int(std::min<int64_t>(std::max(opt.workers, 1), n_blocks));
+  // delay_stores: one worker, so the bytes that change while a block runs are that block's stores.
+  const int workers = opt.delay_stores ? 1 : int(std::min<int64_t>(std::max(opt.workers, 1), n_blocks));
+  std::unique_ptr<store_visibility> visibility;
+  if (opt.delay_stores) visibility = std::make_unique<store_visibility>();
+  struct visibility_scope {
+    store_visibility* saved = detail::tls_visibility;
+    explicit visibility_scope(store_visibility* v) { detail::tls_visibility = v; }
+    ~visibility_scope() { detail::tls_visibility = saved; }
+  } scope(visibility.get());
   std::atomic<int64_t> next{0};
   std::atomic<bool> failed{false};
   std::mutex mu;

@@ -27,6 +27,10 @@ struct options {
   uint64_t seed = 0x9e3779b97f4a7c15ull;  // shuffled order: permutation seed
   int workers = 1;                        // OS threads running blocks in parallel (>= 1)
   size_t stack_bytes = 128 * 1024;        // per emulated thread, plus one guard page
+  // A block's global stores reach other blocks' arch::load_coherent only at its arch::thread_fence
+  // (sim/visibility.hpp): exposes a missing fence in cross-block patterns. Runs on one worker and
+  // copies all device memory per block: for small tests only.
+  bool delay_stores = false;
 };
 
 inline const char* to_string(thread_order o) {
