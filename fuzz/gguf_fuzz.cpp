@@ -1,18 +1,55 @@
 // libFuzzer target for the GGUF reader and the qwen35 binding: any input must either parse or throw
 // q35::io::gguf_error; every other exception, crash, leak, hang or sanitizer report is a finding.
-// Parsed files go through every typed accessor, hyper-parameter reading, the tensor catalogue,
-// weight binding, traits matching and the --info description.
+// Parsed files go through every typed accessor, every tensor of a supported type through the
+// dequant kernel on the sim backend, then hyper-parameter reading, the tensor catalogue, weight
+// binding, traits matching and the --info description.
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "q35/io/gguf.hpp"
 #include "q35/io/model_info.hpp"
 #include "q35/io/model_weights.hpp"
+#include "q35/launch/dequant.hpp"
+#include "q35/quant/format_list.hpp"
+#include "reference/quant_reference.hpp"
 
 namespace {
+
+// Dequantizes every tensor of a supported type through launch::dequant (the sim runs the kernel
+// on the host) from an exact-size copy of the bytes the reader validated into an exact-size
+// output, so ASan reports any kernel read past those bytes or write past the n elements. The
+// format's own row size must equal the reader's byte count, and the values must equal the
+// independent host reference bit for bit (NaN matching any NaN). Any failure traps: a finding.
+void dequantize_all(const q35::io::gguf_file& f) {
+  for (const q35::io::tensor_info& t : f.tensors()) {
+    if (!q35::quant::is_supported(t.type) || t.n_bytes == 0) continue;
+    const int64_t n = int64_t(t.n_elements());
+    const q35::status sized = q35::quant::with_format(t.type, [&](auto tag) -> q35::status {
+      using format = typename decltype(tag)::type;
+      const uint64_t rows = t.ne[1] * t.ne[2] * t.ne[3];
+      if (uint64_t(format::row_bytes(int64_t(t.ne[0]))) * rows != t.n_bytes)
+        return q35::error(q35::status_code::invalid_argument, "row bytes differ from the reader's");
+      return q35::status::success();
+    });
+    if (!sized.ok()) __builtin_trap();
+    std::unique_ptr<uint8_t[]> src(new uint8_t[size_t(t.n_bytes)]);
+    std::memcpy(src.get(), t.data, size_t(t.n_bytes));
+    std::unique_ptr<float[]> dst(new float[size_t(n)]);
+    if (!q35::launch::dequant(t.type, src.get(), n, dst.get()).ok()) __builtin_trap();
+    const std::vector<float> want = q35::ref::dequantize(t.type, src.get(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      const float a = dst[size_t(i)], b = want[size_t(i)];
+      const bool same = (a != a || b != b) ? (a != a && b != b) : std::memcmp(&a, &b, 4) == 0;
+      if (!same) __builtin_trap();
+    }
+  }
+}
 
 // Reads every metadata value through the accessor its type calls for; returns a checksum so the
 // reads are not optimised away.
@@ -64,6 +101,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto f =
         q35::io::gguf_file::from_memory(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz.gguf");
     sink = sink + read_all_metadata(f);
+    dequantize_all(f);
     const q35::io::model_hparams h = q35::io::read_hparams(f);
     q35::io::check_tensors(f, h);
     const q35::io::model_weights w = q35::io::bind_weights(f, h);

@@ -3,7 +3,7 @@
 # The CUDA toolkit (nvcc, CCCL) is optional and not installed here: without it only the sim backend builds.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ make python3 pkg-config doctest-dev libboost-context-dev libpcre2-dev libbenchmark-dev
-      clang clang-format libclang-rt-14-dev)
+      clang clang-format libclang-rt-14-dev nlohmann-json3-dev)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then
