@@ -209,7 +209,7 @@ TEST_CASE("attention: invalid arguments are statuses naming the value") {
   CHECK(msg([](auto& b) { b.shape.rope_dim = 12; }).find("rope_dim = 12") != std::string::npos);
   CHECK(msg([](auto& b) { b.shape.rope_theta = 0; }).find("rope_theta") != std::string::npos);
   CHECK(msg([](auto& b) { b.shape.n_kv_heads = 1, b.shape.n_heads = 4; }).find("KV view") != std::string::npos);
-  CHECK(msg([](auto& b) { b.batch.n_splits = 65; }).find("n_splits = 65") != std::string::npos);
+  CHECK(msg([](auto& b) { b.batch.n_splits = 129; }).find("n_splits = 129") != std::string::npos);
   CHECK(msg([](auto& b) {
           b.batch.n_tokens = 3, b.batch.max_seq_tokens = 4, b.batch.max_seq_len = 4, b.batch.n_seqs = 1;
         }).find("max_seq_tokens = 4 exceeds") != std::string::npos);

@@ -87,8 +87,12 @@ struct attn_core_args {
 
 // Split-KV limits: a split covers at least min_split_keys keys, there are at most max_splits, and
 // n_splits * n_tokens <= split_row_budget (so the partials stay small and prefill never splits much).
-inline constexpr int attn_min_split_keys = 256;
-inline constexpr int attn_max_splits = 64;
+// Why these (derived, not yet measured): batch-1 decode of the 9B has 4 KV heads, so an 8k context needs
+// ~128 splits for ~4 blocks (16 warps, ~64 KB of loads in flight) per SM on 132 SMs; 64-key splits keep
+// 16 four-key steps per block, and the partials (<= 256 rows x n_heads x value_dim floats, L2-resident)
+// stay under 10 % of the K/V bytes from 8k on.
+inline constexpr int attn_min_split_keys = 64;
+inline constexpr int attn_max_splits = 128;
 inline constexpr int attn_split_row_budget = 256;
 // Rows (token x head) per block of attention_prefill.
 inline constexpr int attn_prefill_rows = 8;
