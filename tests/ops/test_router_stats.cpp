@@ -101,4 +101,26 @@ TEST_CASE("expert_load: the histogram accumulates across launches, per layer, an
   CHECK_FALSE(load.read(3, got).ok());
 }
 
+#if Q35_BACKEND_SIM
+// The router's last block of a token tile reads the logits of every block of the tile through
+// load_coherent after their fences; in the sim's delay_stores mode a block's logits reach it only
+// through that block's fence, so a missing fence would change the ids. Same ids and histogram as
+// the default mode (whose ids test_router.cpp checks against the float64 reference).
+TEST_CASE("expert_load: routing with delayed store visibility gives the same ids and counts") {
+  using T = test::router_traits<60, 4>;
+  const auto c = test::make_case(37, 32, 60, 4, 21, true, false);
+  launch::expert_load load;
+  Q35_REQUIRE_OK(load.allocate(2, 60));
+  const std::vector<int32_t> ids = route_counted<T>(c, load, 0);
+  sim::options o = sim::current_options();
+  o.delay_stores = true;
+  sim::scoped_options delay(o);
+  CHECK(route_counted<T>(c, load, 1) == ids);
+  std::vector<uint64_t> plain, delayed;
+  Q35_REQUIRE_OK(load.read(0, plain));
+  Q35_REQUIRE_OK(load.read(1, delayed));
+  CHECK(delayed == plain);
+}
+#endif
+
 }  // namespace
