@@ -9,8 +9,10 @@
 #include "q35/arch/atomic.hpp"
 #include "q35/arch/math.hpp"
 #include "q35/arch/thread.hpp"
+#include "q35/arch/vector_load.hpp"
 #include "q35/core/config.hpp"
 #include "q35/core/numeric.hpp"
+#include "q35/core/vec.hpp"
 
 namespace q35::ops {
 
@@ -66,18 +68,68 @@ struct sample_row {
   int n_vocab;
   float penalty;
 
-  Q35_DEVICE float logit(int i) const {
-    const float l = logits[i];
+  // Entry i whose stored value is l.
+  Q35_DEVICE float value(int i, float l) const {
     if (maybe_penalized && (maybe_penalized[i >> 5] >> (i & 31) & 1u)) return penalized(l, penalty);
     return l;
   }
+  Q35_DEVICE float logit(int i) const { return value(i, logits[i]); }
 };
 
-// Visits the entries a thread owns, i = thread + Threads * j for j = 0, 1, ...: coalesced, and the
-// one fixed order in which the draw accumulates weights.
+// 16-byte groups of a row each thread loads before using any: 4 x 16 B x 1024 threads = 64 KB in
+// flight per block, enough to stream a row from L2 at a few hundred GB/s with one block.
+inline constexpr int sample_groups_in_flight = 4;
+
+// Visits every entry of the row, f(i, l, valid), with the same number of calls on every thread
+// (f may use warp collectives; entries with valid = false are padding, i and l meaningless).
+// Thread t owns groups of 4 entries g = t + Threads * j (16-byte loads when the row is 16-byte
+// aligned; single entries otherwise), then the last n_vocab % 4 entries; each thread sees its
+// entries in one fixed order, the order in which the draw accumulates weights.
+template <int Threads, class F>
+Q35_DEVICE void visit_entries(const sample_row& row, F&& f) {
+  constexpr int u_max = sample_groups_in_flight;
+  const int t = arch::thread_rank();
+  const bool vector = (reinterpret_cast<uintptr_t>(row.logits) & 15u) == 0;
+  const int width = vector ? 4 : 1;  // entries per group
+  const int n_groups = row.n_vocab / width;
+  for (int base = 0; base < n_groups; base += u_max * Threads) {
+    vec<float, 4> v[u_max] = {};
+    Q35_UNROLL
+    for (int u = 0; u < u_max; ++u) {
+      const int g = base + u * Threads + t;
+      if (g >= n_groups) continue;
+      if (vector) {
+        v[u] = arch::load_16(row.logits + 4 * int64_t(g));
+      } else {
+        v[u][0] = row.logits[g];
+      }
+    }
+    Q35_UNROLL
+    for (int u = 0; u < u_max; ++u) {
+      if (base + u * Threads >= n_groups) break;  // the same on every thread
+      const int g = base + u * Threads + t;
+      Q35_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        if (e >= width) break;
+        const int i = g * width + e;
+        const bool valid = g < n_groups;
+        f(i, valid ? row.value(i, v[u][e]) : 0.0f, valid);
+      }
+    }
+  }
+  if (n_groups * width < row.n_vocab) {  // the same on every thread: < 4 entries left
+    const int i = n_groups * width + t;
+    const bool valid = i < row.n_vocab;
+    f(i, valid ? row.logit(i) : 0.0f, valid);
+  }
+}
+
+// Visits the entries a thread owns, f(i, l), in visit_entries' order.
 template <int Threads, class F>
 Q35_DEVICE void for_each_entry(const sample_row& row, F&& f) {
-  for (int i = arch::thread_rank(); i < row.n_vocab; i += Threads) f(i, row.logit(i));
+  visit_entries<Threads>(row, [&](int i, float l, bool valid) {
+    if (valid) f(i, l);
+  });
 }
 
 // Words of the penalty bitmap for n_vocab ids.

@@ -171,18 +171,15 @@ Q35_DEVICE candidate_selection select_candidates(const sample_row& row, const sa
   if (n_cand > Capacity) return candidate_selection{false, 0};
 
   // Compaction: one slot per entry in bins [0, n_bins), a warp-aggregated cursor (the order of
-  // arrival does not matter: the list is sorted next). Every lane runs the same trip count.
-  const int trips = (row.n_vocab + Threads - 1) / Threads;
-  for (int t = 0; t < trips; ++t) {
-    const int i = arch::thread_rank() + t * Threads;
-    const float l = i < row.n_vocab ? row.logit(i) : NAN;
-    const bool take = i < row.n_vocab && window_bin(m - l) < n_bins;
+  // arrival does not matter: the list is sorted next). visit_entries keeps the warp converged.
+  visit_entries<Threads>(row, [&](int i, float l, bool valid) {
+    const bool take = valid && window_bin(m - l) < n_bins;
     const uint32_t lanes = arch::ballot(take);
     int base = 0;
     if (arch::lane_id() == 0 && lanes) base = arch::atomic_add(&s.n_filled, popcount(lanes));
     base = arch::shfl_idx(base, 0);
     if (take) s.keys[base + popcount(lanes & ((1u << arch::lane_id()) - 1u))] = sort_key(l, i);
-  }
+  });
   int size = 1;  // the sort's width: the next power of two >= n_cand
   while (size < n_cand) size *= 2;
   // n = min(top-k, top-p prefix, min-p prefix), lowered by atomic_min below
