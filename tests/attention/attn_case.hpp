@@ -138,11 +138,12 @@ class attn_case {
     bt.n_splits = n_splits;
     launch::attn_append_args ap{lshape,     bt,         pool.layer(0),   d_qg.data(),
                                 d_k.data(), d_v.data(), d_q_norm.data(), d_k_norm.data()};
-    status r = launch::attention_append(ap);
-    if (r.ok() && !append_only) {
-      launch::attn_core_args c{lshape, bt, pool.layer(0), d_qg.data(), d_out.data(), ws.data(), ws.bytes()};
-      r = prefill ? launch::attention_prefill(c) : launch::attention_decode(c);
-    }
+    const launch::attn_core_args c{lshape, bt, pool.layer(0), d_qg.data(), d_out.data(), ws.data(), ws.bytes()};
+    const status r = [&] {
+      Q35_TRY(launch::attention_append(ap));
+      if (append_only) return status::success();
+      return prefill ? launch::attention_prefill(c) : launch::attention_decode(c);
+    }();
     if (!r.ok()) return {r, {}};
     for (size_t b = 0; b < batch.size(); ++b) seqs[batch[b]].len += n_new[b];
     return {status::success(), append_only ? std::vector<float>{} : to_host(d_out)};
