@@ -72,9 +72,10 @@ std::vector<WeightT> convert(const std::vector<float>& v) {
 }
 
 // Runs the router on c.x with weights already in their storage type: w [n_experts rows], w_shexp
-// [one row] or empty (c.w and c.w_shexp are not read).
-template <class Traits, class WeightT, class Policy = kernels::router_policy_auto>
-router_out run_router_stored(const router_case& c, const std::vector<WeightT>& w, const std::vector<WeightT>& w_shexp) {
+// [one row] or empty (c.w and c.w_shexp are not read); run(args) launches it.
+template <class WeightT, class Run>
+router_out run_router_with(const router_case& c, const std::vector<WeightT>& w, const std::vector<WeightT>& w_shexp,
+                           Run&& run) {
   auto d_x = to_device(c.x);
   auto d_w = to_device(w);
   device_buffer<WeightT> d_shexp;
@@ -97,7 +98,7 @@ router_out run_router_stored(const router_case& c, const std::vector<WeightT>& w
   a.maybe_expert_counts = counts.data();
   a.workspace = ws.view();
   a.route = c.route;
-  Q35_REQUIRE_OK((launch::router<Traits, WeightT, Policy>(a)));
+  Q35_REQUIRE_OK(run(a));
   router_out o{to_host(ids), to_host(weights), to_host(k_used), {}, {}, {}};
   if (!w_shexp.empty()) o.gate = to_host(gate);
   std::vector<float> l(n * size_t(c.n_experts + 1));
@@ -108,6 +109,29 @@ router_out run_router_stored(const router_case& c, const std::vector<WeightT>& w
   o.logits = l, o.counters = cnt;
   o.expert_counts = to_host(counts);
   return o;
+}
+
+template <class Traits, class WeightT, class Policy = kernels::router_policy_auto>
+router_out run_router_stored(const router_case& c, const std::vector<WeightT>& w, const std::vector<WeightT>& w_shexp) {
+  return run_router_with(
+      c, w, w_shexp, [](const launch::router_args<WeightT>& a) { return launch::router<Traits, WeightT, Policy>(a); });
+}
+
+// The same through the run-time entry (launch::router(router_view_args)): w holds the weights of
+// ggml type `type` (its scalars or blocks).
+template <class WeightT>
+router_out run_router_view(const router_case& c, const std::vector<WeightT>& w, const std::vector<WeightT>& w_shexp,
+                           uint32_t type) {
+  return run_router_with(c, w, w_shexp, [&](const launch::router_args<WeightT>& a) {
+    launch::router_view_args v;
+    v.n_tokens = a.n_tokens, v.n_embd = a.n_embd, v.n_experts = a.n_experts, v.n_experts_used = a.n_experts_used;
+    v.x = a.x;
+    v.w_router = {a.w_router, type, a.n_embd, a.n_experts, 1, 0};
+    if (a.maybe_w_shexp) v.maybe_w_shexp = {a.maybe_w_shexp, type, a.n_embd, 1, 1, 0};
+    v.ids = a.ids, v.weights = a.weights, v.maybe_k_used = a.maybe_k_used, v.maybe_shexp_gate = a.maybe_shexp_gate;
+    v.maybe_expert_counts = a.maybe_expert_counts, v.workspace = a.workspace, v.route = a.route;
+    return launch::router(v);
+  });
 }
 
 template <class Traits, class WeightT = float, class Policy = kernels::router_policy_auto>

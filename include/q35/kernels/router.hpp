@@ -36,33 +36,36 @@ concept router_traits = requires {
 &&(T::n_experts >= 1) && (T::n_experts <= ops::router_max_experts) && (T::n_experts_used >= 1) &&
     (T::n_experts_used <= ops::router_max_k) && (T::n_experts_used <= T::n_experts);
 
+// Traits bound the shape: Traits::n_experts is the largest expert count an instance serves (it sets
+// the logits each lane holds); the actual n_experts (<= it) and k (<= Traits::n_experts_used) are
+// run-time params, so one instance per bucket serves every file.
 template <router_traits Traits, class WeightT = float, class Policy = router_policy_decode>
 struct router_kernel {
-  static constexpr int n_experts = Traits::n_experts;
-  static constexpr int k = Traits::n_experts_used;
+  static constexpr int max_experts = Traits::n_experts;
+  static constexpr int max_k = Traits::n_experts_used;
   static constexpr int threads = Policy::threads;
   static constexpr int n_warps = threads / warp_size;
   static constexpr int tokens_per_block = Policy::tokens_per_block;
   static constexpr int rows_per_block = Policy::rows_per_block;
   static constexpr int split_k = Policy::split_k;
   static constexpr int row_groups = n_warps / split_k;  // rows computed at once
-  static constexpr int items_per_lane = ceil_div(n_experts, warp_size);
-  // Workspace row: n_experts logits, then the shared-expert gate logit.
-  static constexpr int64_t logits_stride = n_experts + 1;
+  static constexpr int items_per_lane = ceil_div(max_experts, warp_size);
 
   struct params {
     const float* x;                 // [n_tokens, n_embd], row-major
     const WeightT* w_router;        // [n_experts, n_embd], row-major (GGUF ffn_gate_inp, ne = [n_embd, n_experts])
     const WeightT* maybe_w_shexp;   // [n_embd] (ffn_gate_inp_shexp), or null: no shared-expert gate
-    int32_t* ids;                   // [n_tokens, k]
+    int32_t* ids;                   // [n_tokens, k] (k = n_experts_used)
     float* weights;                 // [n_tokens, k]
     int32_t* maybe_k_used;          // [n_tokens], or null
     float* maybe_shexp_gate;        // [n_tokens]: sigmoid(w_shexp . x); written when maybe_w_shexp is set
     uint64_t* maybe_expert_counts;  // [n_experts], += 1 per selection, or null
-    float* logits;                  // workspace [n_tokens, n_experts + 1]
+    float* logits;                  // workspace [n_tokens, n_experts + 1]: logits, then the shared gate's
     uint32_t* tile_counters;        // workspace [ceil(n_tokens / tokens_per_block)], 0 between launches
     int64_t n_tokens;
     int n_embd;
+    int n_experts;  // 1..max_experts
+    int k;          // experts per token, 1..min(max_k, n_experts)
     ops::route_options route;
   };
   struct shared_storage {
@@ -71,7 +74,7 @@ struct router_kernel {
   };
 
   static int64_t n_tiles(int64_t n_tokens) { return ceil_div<int64_t>(n_tokens, tokens_per_block); }
-  static Q35_HOST_DEVICE int n_rows(const params& p) { return n_experts + (p.maybe_w_shexp ? 1 : 0); }
+  static Q35_HOST_DEVICE int n_rows(const params& p) { return p.n_experts + (p.maybe_w_shexp ? 1 : 0); }
   static dim3 grid(const params& p) {
     return dim3(unsigned(n_tiles(p.n_tokens)), unsigned(ceil_div(n_rows(p), rows_per_block)));
   }
@@ -82,6 +85,8 @@ struct router_kernel {
     const int64_t t0 = tile * tokens_per_block;
     const int n_here = int(std::min<int64_t>(tokens_per_block, p.n_tokens - t0));
     const int warp = arch::warp_id(), lane = arch::lane_id();
+    const int n_experts = p.n_experts, k = p.k;
+    const int64_t logits_stride = n_experts + 1;  // workspace row: n_experts logits, then the shared gate's
 
     // Phase 1: logits[t, row] = W[row] . x[t]  for this block's rows and tokens.
     const int group = warp / split_k, slice = warp % split_k;

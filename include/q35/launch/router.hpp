@@ -11,10 +11,14 @@
 #include <type_traits>
 
 #include "q35/arch/memory.hpp"
+#include "q35/core/dispatch.hpp"
 #include "q35/core/status.hpp"
 #include "q35/kernels/router.hpp"
 #include "q35/launch/launch.hpp"
 #include "q35/ops/dense_row.hpp"
+#include "q35/ops/quant_row.hpp"
+#include "q35/quant/format_list.hpp"
+#include "q35/quant/weight_view.hpp"
 
 namespace q35::launch {
 
@@ -70,28 +74,25 @@ inline status bad_router_arg(const std::string& what) {
   return error(status_code::invalid_argument, "launch::router: " + what);
 }
 inline bool aligned_16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-}  // namespace detail
 
-// Checks args against the traits and the kernel's limits; the message names the bad value.
-template <kernels::router_traits Traits, class WeightT>
-status validate(const router_args<WeightT>& a) {
-  using detail::bad_router_arg;
+// Checks the expert count and k against the kernel's limits.
+template <class WeightT>
+status validate_router_counts(const router_args<WeightT>& a) {
   const auto str = [](auto v) { return std::to_string(v); };
-  constexpr int v = ops::weight_row<WeightT>::elems_per_load;
   if (a.n_experts < 1 || a.n_experts > ops::router_max_experts)
     return bad_router_arg("n_experts = " + str(a.n_experts) + " is outside 1.." + str(ops::router_max_experts));
   if (a.n_experts_used < 1 || a.n_experts_used > ops::router_max_k)
     return bad_router_arg("n_experts_used (k) = " + str(a.n_experts_used) + " is outside 1.." + str(ops::router_max_k));
   if (a.n_experts_used > a.n_experts)
     return bad_router_arg("n_experts_used (k) = " + str(a.n_experts_used) + " exceeds n_experts = " + str(a.n_experts));
-  if (a.n_experts != Traits::n_experts || a.n_experts_used != Traits::n_experts_used)
-    return bad_router_arg("n_experts = " + str(a.n_experts) + ", n_experts_used = " + str(a.n_experts_used) +
-                          " do not match the traits (" + str(Traits::n_experts) + ", " + str(Traits::n_experts_used) +
-                          ")");
-  if constexpr (requires { Traits::n_embd; }) {
-    if (a.n_embd != Traits::n_embd)
-      return bad_router_arg("n_embd = " + str(a.n_embd) + " does not match the traits (" + str(Traits::n_embd) + ")");
-  }
+  return status::success();
+}
+
+// Checks the rest of args (after the counts and, for router<Traits>, the traits).
+template <class WeightT>
+status validate_router_rest(const router_args<WeightT>& a) {
+  const auto str = [](auto v) { return std::to_string(v); };
+  constexpr int v = ops::weight_row<WeightT>::elems_per_load;
   if (a.n_embd < 1 || a.n_embd % v != 0 || a.n_embd % 4 != 0)
     return bad_router_arg("n_embd = " + str(a.n_embd) + " is not a positive multiple of the vector width " +
                           str(v < 4 ? 4 : v));
@@ -128,6 +129,24 @@ status validate(const router_args<WeightT>& a) {
   }
   return status::success();
 }
+}  // namespace detail
+
+// Checks args against the traits and the kernel's limits; the message names the bad value.
+template <kernels::router_traits Traits, class WeightT>
+status validate(const router_args<WeightT>& a) {
+  const auto str = [](auto v) { return std::to_string(v); };
+  Q35_TRY(detail::validate_router_counts(a));
+  if (a.n_experts != Traits::n_experts || a.n_experts_used != Traits::n_experts_used)
+    return detail::bad_router_arg("n_experts = " + str(a.n_experts) + ", n_experts_used = " + str(a.n_experts_used) +
+                                  " do not match the traits (" + str(Traits::n_experts) + ", " +
+                                  str(Traits::n_experts_used) + ")");
+  if constexpr (requires { Traits::n_embd; }) {
+    if (a.n_embd != Traits::n_embd)
+      return detail::bad_router_arg("n_embd = " + str(a.n_embd) + " does not match the traits (" + str(Traits::n_embd) +
+                                    ")");
+  }
+  return detail::validate_router_rest(a);
+}
 
 namespace detail {
 template <class Traits, class WeightT, class Policy>
@@ -145,6 +164,8 @@ status run_router(const router_args<WeightT>& a, stream_t stream) {
                                   a.workspace.tile_counters,
                                   a.n_tokens,
                                   a.n_embd,
+                                  a.n_experts,
+                                  a.n_experts_used,
                                   a.route};
   return launch<kernel>(p, stream);
 }
@@ -163,6 +184,81 @@ status router(const router_args<WeightT>& a, stream_t stream = nullptr) {
   } else {
     return detail::run_router<Traits, WeightT, Policy>(a, stream);
   }
+}
+
+// ---- Run-time shapes and weight formats (what a decoder bound from a file calls) ----------------
+
+// router_args with the weights as run-time-typed views: n_experts (<= 512) and n_experts_used
+// (<= 16) are plain values, and the weights may be in any format the router reads.
+struct router_view_args {
+  int64_t n_tokens = 0;
+  int n_embd = 0, n_experts = 0, n_experts_used = 0;
+  const float* x = nullptr;           // [n_tokens, n_embd], row-major, 16-byte aligned
+  quant::weight_view w_router;        // [n_experts][n_embd] (GGUF ffn_gate_inp): f32, f16, bf16, q8_0, q4_0, q4_K..q6_K
+  quant::weight_view maybe_w_shexp;   // [1][n_embd] (ffn_gate_inp_shexp) in w_router's type, or empty
+  int32_t* ids = nullptr;             // [n_tokens, n_experts_used]
+  float* weights = nullptr;           // [n_tokens, n_experts_used]
+  int32_t* maybe_k_used = nullptr;    // [n_tokens]; required when route.adaptive
+  float* maybe_shexp_gate = nullptr;  // [n_tokens]; required when maybe_w_shexp is set
+  uint64_t* maybe_expert_counts = nullptr;  // [n_experts], or null
+  router_workspace_view workspace;
+  ops::route_options route;
+};
+
+namespace detail {
+// The element type the router kernel reads for a format: the scalar for f32/f16/bf16, else the block.
+template <class Format>
+using router_weight_t = std::conditional_t<
+    Format::id == quant::type_id::f32, float,
+    std::conditional_t<Format::id == quant::type_id::f16, half,
+                       std::conditional_t<Format::id == quant::type_id::bf16, bf16, typename Format::block>>>;
+
+// Compile-time bound of a run-time expert count: 32 * ItemsPerLane experts, k up to 16.
+template <int ItemsPerLane>
+struct router_bound {
+  static constexpr int n_experts = warp_size * ItemsPerLane;
+  static constexpr int n_experts_used = ops::router_max_k;
+};
+}  // namespace detail
+
+// Routes a.n_tokens tokens in one launch, like router<Traits>, for shapes and formats known only at
+// run time: one instance per (format, bucket of 32, 64, 128, 256 or 512 experts, policy).
+template <class Policy = kernels::router_policy_auto>
+status router(const router_view_args& a, stream_t stream = nullptr) {
+  const auto str = [](auto v) { return std::to_string(v); };
+  if (a.w_router.rows != a.n_experts || a.w_router.cols != a.n_embd || a.w_router.n_mats != 1)
+    return detail::bad_router_arg("w_router is " + str(a.w_router.rows) + " x " + str(a.w_router.cols) + " x " +
+                                  str(a.w_router.n_mats) + ", expected n_experts x n_embd = " + str(a.n_experts) +
+                                  " x " + str(a.n_embd));
+  if (!a.maybe_w_shexp.empty() &&
+      (a.maybe_w_shexp.type != a.w_router.type || a.maybe_w_shexp.cols != a.n_embd || a.maybe_w_shexp.rows != 1))
+    return detail::bad_router_arg("maybe_w_shexp must be one row of n_embd = " + str(a.n_embd) +
+                                  " in w_router's ggml type " + str(a.w_router.type));
+  return quant::with_format(a.w_router.type, [&](auto tag) -> status {
+    using weight_t = detail::router_weight_t<typename decltype(tag)::type>;
+    router_args<weight_t> r;
+    r.n_tokens = a.n_tokens, r.n_embd = a.n_embd, r.n_experts = a.n_experts, r.n_experts_used = a.n_experts_used;
+    r.x = a.x;
+    r.w_router = static_cast<const weight_t*>(a.w_router.data);
+    r.maybe_w_shexp = static_cast<const weight_t*>(a.maybe_w_shexp.data);
+    r.ids = a.ids, r.weights = a.weights, r.maybe_k_used = a.maybe_k_used, r.maybe_shexp_gate = a.maybe_shexp_gate;
+    r.maybe_expert_counts = a.maybe_expert_counts, r.workspace = a.workspace, r.route = a.route;
+    Q35_TRY(detail::validate_router_counts(r));
+    Q35_TRY(detail::validate_router_rest(r));
+    if (r.n_tokens == 0) return status::success();
+    const int items = ceil_div(a.n_experts, warp_size);
+    const int bucket = items <= 1 ? 1 : items <= 2 ? 2 : items <= 4 ? 4 : items <= 8 ? 8 : 16;
+    return dispatch<1, 2, 4, 8, 16>(bucket, [&](auto b) -> status {
+      using bound = detail::router_bound<decltype(b)::value>;
+      if constexpr (std::is_same_v<Policy, kernels::router_policy_auto>) {
+        if (r.n_tokens <= kernels::router_decode_max_tokens)
+          return detail::run_router<bound, weight_t, kernels::router_policy_decode>(r, stream);
+        return detail::run_router<bound, weight_t, kernels::router_policy_batch>(r, stream);
+      } else {
+        return detail::run_router<bound, weight_t, Policy>(r, stream);
+      }
+    });
+  });
 }
 
 }  // namespace q35::launch

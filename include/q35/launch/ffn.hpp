@@ -1,0 +1,100 @@
+// The FFN half of a decoder layer, as the decoder calls it: shapes and weight views bound from a
+// file, and the dense SwiGLU FFN  h += W_down (silu(W_gate x) * (W_up x))  in two launches (gate+up
+// fused into one matmul with the swiglu epilogue, down with the residual epilogue). The MoE FFN
+// (launch::moe_ffn) is in launch/moe.hpp and takes the same ffn_layer_args.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "q35/core/status.hpp"
+#include "q35/launch/matmul.hpp"
+#include "q35/quant/weight_view.hpp"
+
+namespace q35::launch {
+
+struct dense_ffn_weights {
+  quant::weight_view gate, up;  // [ff_dim][n_embd] (GGUF ffn_gate, ffn_up)
+  quant::weight_view down;      // [n_embd][ff_dim] (ffn_down)
+};
+
+struct moe_weights {
+  quant::weight_view router;                // [n_experts][n_embd] (ffn_gate_inp)
+  quant::weight_view gate_exps, up_exps;    // [n_experts][expert_ff_dim][n_embd] (views of a merged gate_up allowed)
+  quant::weight_view down_exps;             // [n_experts][n_embd][expert_ff_dim]
+  quant::weight_view shexp_gate_inp;        // [1][n_embd] (ffn_gate_inp_shexp); empty when no shared expert
+  quant::weight_view shexp_gate, shexp_up;  // [shared_ff_dim][n_embd]; empty when no shared expert
+  quant::weight_view shexp_down;            // [n_embd][shared_ff_dim]; empty when no shared expert
+};
+
+struct ffn_shape {
+  int n_embd = 0, ff_dim = 0;  // ff_dim: the dense FFN's width (unused by moe_ffn)
+  int n_experts = 0, n_experts_used = 0, expert_ff_dim = 0, shared_ff_dim = 0;  // MoE (shared_ff_dim 0: none)
+};
+
+struct ffn_layer_args {
+  ffn_shape shape;
+  const float* x = nullptr;  // [n_tokens][n_embd], the layer input after post_attention_norm, 16-byte aligned
+  float* h = nullptr;        // [n_tokens][n_embd], the residual stream: h += FFN(x)
+  int64_t n_tokens = 0;
+  void* workspace = nullptr;  // device scratch of *_workspace_bytes(shape, >= n_tokens) bytes, 256-byte aligned
+  size_t workspace_bytes = 0;
+  int* error_flag = nullptr;                // device int, set to 1 when a device-side expert id is out of range (MoE)
+  uint64_t* maybe_expert_counts = nullptr;  // [n_experts] selection histogram the router adds to (MoE), or null
+};
+
+namespace detail {
+inline status bad_ffn(const std::string& what, const std::string& m) {
+  return error(status_code::invalid_argument, "launch::" + what + ": " + m);
+}
+inline size_t ws_align(size_t n) { return (n + 255) / 256 * 256; }
+// The weight view's shape is rows x cols (x n_mats), else an error naming the tensor.
+inline status check_view(const std::string& fn, const char* name, const quant::weight_view& w, int64_t rows,
+                         int64_t cols, int64_t n_mats = 1) {
+  const auto str = [](int64_t v) { return std::to_string(v); };
+  if (w.empty()) return bad_ffn(fn, std::string(name) + " is missing");
+  if (w.rows != rows || w.cols != cols || w.n_mats != n_mats)
+    return bad_ffn(fn, std::string(name) + " is " + str(w.n_mats) + " x " + str(w.rows) + " x " + str(w.cols) +
+                           ", expected " + str(n_mats) + " x " + str(rows) + " x " + str(cols));
+  return status::success();
+}
+}  // namespace detail
+
+// Device scratch of dense_ffn for up to max_tokens tokens: the SwiGLU activations [max_tokens][ff_dim].
+inline size_t dense_ffn_workspace_bytes(const ffn_shape& s, int64_t max_tokens) {
+  return detail::ws_align(size_t(max_tokens) * size_t(s.ff_dim) * sizeof(float)) +
+         detail::ws_align(matmul_workspace_bytes(s.ff_dim, max_tokens)) +
+         detail::ws_align(matmul_workspace_bytes(s.n_embd, max_tokens));
+}
+
+// h += W_down (silu(W_gate x) * (W_up x)) for a.n_tokens tokens: two launches. Asynchronous.
+inline status dense_ffn(const ffn_layer_args& a, const dense_ffn_weights& w, stream_t stream = nullptr) {
+  const ffn_shape& s = a.shape;
+  const std::string fn = "dense_ffn";
+  if (s.n_embd < 1 || s.ff_dim < 1) return detail::bad_ffn(fn, "n_embd and ff_dim must be positive");
+  Q35_TRY(detail::check_view(fn, "gate", w.gate, s.ff_dim, s.n_embd));
+  Q35_TRY(detail::check_view(fn, "up", w.up, s.ff_dim, s.n_embd));
+  Q35_TRY(detail::check_view(fn, "down", w.down, s.n_embd, s.ff_dim));
+  if (a.n_tokens < 0) return detail::bad_ffn(fn, "n_tokens = " + std::to_string(a.n_tokens) + " is negative");
+  if (a.n_tokens == 0) return status::success();
+  if (!a.x || !a.h) return detail::bad_ffn(fn, "x or h is null");
+  const size_t need = dense_ffn_workspace_bytes(s, a.n_tokens);
+  if (!a.workspace || a.workspace_bytes < need)
+    return detail::bad_ffn(
+        fn, "workspace of " + std::to_string(a.workspace_bytes) + " bytes, " + std::to_string(need) + " needed");
+  auto* act = static_cast<float*>(a.workspace);  // [n_tokens][ff_dim]
+  auto* scratch = static_cast<uint8_t*>(a.workspace) + detail::ws_align(size_t(a.n_tokens) * s.ff_dim * 4);
+  const size_t scratch_bytes = need - detail::ws_align(size_t(a.n_tokens) * s.ff_dim * 4);
+  // act = silu(W_gate x) * (W_up x)
+  matmul_args g;
+  g.w = w.gate, g.maybe_w_up = w.up, g.x = a.x, g.y = act, g.n_tokens = a.n_tokens;
+  g.epilogue = ops::epilogue::swiglu, g.maybe_workspace = scratch, g.workspace_bytes = scratch_bytes;
+  Q35_TRY(matmul(g, stream));
+  // h += W_down act
+  matmul_args d;
+  d.w = w.down, d.x = act, d.y = a.h, d.n_tokens = a.n_tokens, d.epilogue = ops::epilogue::residual;
+  d.maybe_workspace = scratch, d.workspace_bytes = scratch_bytes;
+  return matmul(d, stream);
+}
+
+}  // namespace q35::launch

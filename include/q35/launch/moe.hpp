@@ -1,0 +1,375 @@
+// launch::moe_ffn: the MoE FFN of one qwen35moe layer,
+//   h += sum_{j < k} w_j * down_{e_j}(silu(gate_{e_j} x) * (up_{e_j} x))
+//        + sigmoid(w_shexp . x) * down_sh(silu(gate_sh x) * (up_sh x))          (spec §2.3)
+// for any token count, with run-time expert counts and weight formats. Decode path: the router
+// (ids and weights stay on the device), one launch for the gate+up SwiGLU of every selected expert
+// and of the shared expert, one for the weighted down projections added to the residual: 3 kernel
+// launches (plus a memset of the router's tile counters) when the shared expert has the routed
+// experts' formats, 5 when not (its gate+up and down then run through launch::matmul). Prefill
+// path (more than moe_decode_max_tokens tokens): router, grouping by expert (launch::moe_group:
+// CUB radix sort on CUDA), a grouped GEMM per projection, the shared expert through launch::matmul,
+// and a combination back to token order in a fixed summation order.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "q35/arch/memory.hpp"
+#include "q35/core/status.hpp"
+#include "q35/kernels/moe.hpp"
+#include "q35/kernels/moe_group.hpp"
+#include "q35/kernels/moe_grouped.hpp"
+#include "q35/launch/ffn.hpp"
+#include "q35/launch/launch.hpp"
+#include "q35/launch/matmul.hpp"
+#include "q35/launch/router.hpp"
+
+#if Q35_BACKEND_CUDA
+#include <cub/device/device_radix_sort.cuh>
+#endif
+
+namespace q35::launch {
+
+// ---- launch::moe_group: (token, slot) pairs grouped by expert id on the device ------------------
+// The pair list sorted stably by expert, each expert's offsets, and its first tile of the grouped
+// GEMM. CUDA: CUB's DeviceRadixSort::SortPairs between two small q35 kernels, with caller-owned
+// temporary storage; sim (or on request): one q35 kernel doing the same stable counting sort.
+enum class moe_group_backend {
+  automatic,  // CUB on the CUDA backend, the q35 kernel on sim
+  q35,        // the q35 counting-sort kernel on either backend
+};
+
+struct moe_group_args {
+  const int32_t* ids = nullptr;     // [n_pairs] expert ids, device
+  int32_t* sorted_pairs = nullptr;  // [n_pairs]: pairs of expert 0, then 1, ...; ascending within an expert
+  int32_t* offsets = nullptr;       // [n_experts + 1]
+  int32_t* tile_starts = nullptr;   // [n_experts + 1] (tiles of kernels::moe_group_tile pairs)
+  int32_t n_pairs = 0;
+  int n_experts = 0;
+  int* error_flag = nullptr;  // device int, set to 1 on an id outside [0, n_experts); such pairs join no group
+  void* temp = nullptr;       // device scratch of moe_group_temp_bytes(n_pairs, n_experts) bytes
+  size_t temp_bytes = 0;
+  moe_group_backend backend = moe_group_backend::automatic;
+};
+
+namespace detail {
+// Bits of the radix sort's keys: ids 0 .. n_experts (n_experts marks an invalid id).
+inline int moe_key_bits(int n_experts) {
+  int b = 1;
+  while ((1 << b) <= n_experts) ++b;
+  return b;
+}
+inline size_t align_256(size_t n) { return (n + 255) / 256 * 256; }
+}  // namespace detail
+
+// Device scratch of moe_group: keys, values and sorted keys [n_pairs] each, plus CUB's temporary storage.
+inline size_t moe_group_temp_bytes(int32_t n_pairs, int n_experts) {
+  size_t cub_bytes = 0;
+#if Q35_BACKEND_CUDA
+  cub::DeviceRadixSort::SortPairs(nullptr, cub_bytes, static_cast<const int32_t*>(nullptr),
+                                  static_cast<int32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
+                                  static_cast<int32_t*>(nullptr), int(n_pairs), 0, detail::moe_key_bits(n_experts));
+#else
+  (void)n_experts;
+#endif
+  return 3 * detail::align_256(size_t(n_pairs) * sizeof(int32_t)) + detail::align_256(cub_bytes);
+}
+
+inline status moe_group(const moe_group_args& a, stream_t stream = nullptr) {
+  auto bad = [](const std::string& m) { return error(status_code::invalid_argument, "launch::moe_group: " + m); };
+  if (a.n_pairs < 0) return bad("n_pairs = " + std::to_string(a.n_pairs) + " is negative");
+  if (a.n_experts < 1) return bad("n_experts = " + std::to_string(a.n_experts) + " must be >= 1");
+  if (!a.ids || !a.sorted_pairs || !a.offsets || !a.tile_starts || !a.error_flag) return bad("a pointer is null");
+  const size_t need = moe_group_temp_bytes(a.n_pairs, a.n_experts);
+  if (!a.temp || a.temp_bytes < need)
+    return bad("temp of " + std::to_string(a.temp_bytes) + " bytes, " + std::to_string(need) + " needed");
+  const size_t pair_bytes = detail::align_256(size_t(a.n_pairs) * sizeof(int32_t));
+  auto* base = static_cast<uint8_t*>(a.temp);
+  kernels::moe_group_params p{a.ids,
+                              reinterpret_cast<int32_t*>(base),
+                              reinterpret_cast<int32_t*>(base + pair_bytes),
+                              reinterpret_cast<int32_t*>(base + 2 * pair_bytes),
+                              a.sorted_pairs,
+                              a.offsets,
+                              a.tile_starts,
+                              a.n_pairs,
+                              a.n_experts,
+                              a.error_flag};
+#if Q35_BACKEND_CUDA
+  if (a.backend == moe_group_backend::automatic) {
+    Q35_TRY(launch<kernels::moe_keys_kernel>(p, stream));
+    size_t cub_bytes = need - 3 * pair_bytes;
+    Q35_TRY(q35::detail::cuda_status(
+        cub::DeviceRadixSort::SortPairs(base + 3 * pair_bytes, cub_bytes, p.keys,
+                                        reinterpret_cast<int32_t*>(base + 2 * pair_bytes), p.values, a.sorted_pairs,
+                                        int(a.n_pairs), 0, detail::moe_key_bits(a.n_experts), stream),
+        "cub::DeviceRadixSort::SortPairs"));
+    return launch<kernels::moe_offsets_kernel>(p, stream);
+  }
+#endif
+  return launch<kernels::moe_group_kernel>(p, stream);
+}
+
+// ---- launch::moe_ffn -------------------------------------------------------------------------
+
+// Token counts up to which moe_ffn runs the decode kernels; above, the grouped (prefill) path.
+inline constexpr int64_t moe_decode_max_tokens = 8;
+
+namespace detail {
+// Byte offsets of moe_ffn's scratch regions for n tokens (each 256-byte aligned); the grouped
+// path's regions (sorted pairs .. y) only above moe_decode_max_tokens.
+struct moe_layout {
+  size_t counters, logits, ids, weights, gate, act, sh_act, sh_y;
+  size_t sorted_pairs, offsets, tile_starts, group_temp, y, total;
+};
+inline moe_layout moe_plan(const ffn_shape& s, int64_t n) {
+  moe_layout l{};
+  size_t at = 0;
+  auto take = [&](size_t bytes) {
+    const size_t here = at;
+    at += ws_align(bytes);
+    return here;
+  };
+  const size_t t = size_t(n), k = size_t(s.n_experts_used);
+  l.counters = take(t * sizeof(uint32_t));                        // router tile counters [n]
+  l.logits = take(t * size_t(s.n_experts + 1) * sizeof(float));   // router logits [n][E + 1]
+  l.ids = take(t * k * sizeof(int32_t));                          // [n][k]
+  l.weights = take(t * k * sizeof(float));                        // [n][k]
+  l.gate = take(t * sizeof(float));                               // shared-expert gate [n]
+  l.act = take(t * k * size_t(s.expert_ff_dim) * sizeof(float));  // [n * k][expert_ff]
+  l.sh_act = take(t * size_t(s.shared_ff_dim) * sizeof(float));   // [n][shared_ff]
+  l.sh_y = take(t * size_t(s.n_embd) * sizeof(float));            // [n][n_embd] (shared expert in another format)
+  const size_t e1 = size_t(s.n_experts + 1), pairs = n > moe_decode_max_tokens ? t * k : 0;
+  l.sorted_pairs = take(pairs * sizeof(int32_t));          // [n * k]
+  l.offsets = take(pairs ? e1 * sizeof(int32_t) : 0);      // [E + 1]
+  l.tile_starts = take(pairs ? e1 * sizeof(int32_t) : 0);  // [E + 1]
+  l.group_temp = take(pairs ? moe_group_temp_bytes(int32_t(pairs), s.n_experts) : 0);
+  l.y = take(pairs * size_t(s.n_embd) * sizeof(float));  // [n * k][n_embd] expert outputs, pair order
+  l.total = at;
+  return l;
+}
+
+inline status check_cols(const std::string& fn, const char* name, const quant::weight_view& w) {
+  int block = 0;
+  Q35_TRY(quant::with_format(w.type, [&](auto tag) { block = decltype(tag)::type::block_elems; }));
+  if (w.cols % block != 0 || w.cols % quant::unit_elems != 0)
+    return bad_ffn(fn, std::string(name) + ": " + std::to_string(w.cols) +
+                           " columns are not a multiple of its format's block (" + std::to_string(block) +
+                           ") and of 16");
+  return status::success();
+}
+}  // namespace detail
+
+// Device scratch of moe_ffn for up to max_tokens tokens.
+inline size_t moe_workspace_bytes(const ffn_shape& s, int64_t max_tokens) {
+  return detail::moe_plan(s, max_tokens).total;
+}
+
+// Checks shapes, views and workspace; the message names the bad value.
+inline status validate_moe(const ffn_layer_args& a, const moe_weights& w) {
+  const ffn_shape& s = a.shape;
+  const std::string fn = "moe_ffn";
+  const auto str = [](int64_t v) { return std::to_string(v); };
+  if (s.n_embd < 1 || s.n_embd % quant::unit_elems != 0)
+    return detail::bad_ffn(fn, "n_embd = " + str(s.n_embd) + " is not a positive multiple of 16");
+  if (s.n_experts < 1 || s.n_experts > ops::router_max_experts)
+    return detail::bad_ffn(fn, "n_experts = " + str(s.n_experts) + " is outside 1.." + str(ops::router_max_experts));
+  if (s.n_experts_used < 1 || s.n_experts_used > ops::router_max_k || s.n_experts_used > s.n_experts)
+    return detail::bad_ffn(fn, "n_experts_used = " + str(s.n_experts_used) + " is outside 1..min(16, n_experts)");
+  if (s.expert_ff_dim < 1 || s.expert_ff_dim % quant::unit_elems != 0)
+    return detail::bad_ffn(fn, "expert_ff_dim = " + str(s.expert_ff_dim) + " is not a positive multiple of 16");
+  if (s.shared_ff_dim < 0 || s.shared_ff_dim % quant::unit_elems != 0)
+    return detail::bad_ffn(fn, "shared_ff_dim = " + str(s.shared_ff_dim) + " is not a multiple of 16");
+  Q35_TRY(detail::check_view(fn, "router", w.router, s.n_experts, s.n_embd));
+  Q35_TRY(detail::check_view(fn, "gate_exps", w.gate_exps, s.expert_ff_dim, s.n_embd, s.n_experts));
+  Q35_TRY(detail::check_view(fn, "up_exps", w.up_exps, s.expert_ff_dim, s.n_embd, s.n_experts));
+  Q35_TRY(detail::check_view(fn, "down_exps", w.down_exps, s.n_embd, s.expert_ff_dim, s.n_experts));
+  if (w.up_exps.type != w.gate_exps.type || w.up_exps.stride_bytes() != w.gate_exps.stride_bytes())
+    return detail::bad_ffn(fn, "up_exps differs from gate_exps in type or expert stride");
+  Q35_TRY(detail::check_cols(fn, "gate_exps", w.gate_exps));
+  Q35_TRY(detail::check_cols(fn, "down_exps", w.down_exps));
+  const bool shared = s.shared_ff_dim > 0;
+  if (shared) {
+    Q35_TRY(detail::check_view(fn, "shexp_gate_inp", w.shexp_gate_inp, 1, s.n_embd));
+    Q35_TRY(detail::check_view(fn, "shexp_gate", w.shexp_gate, s.shared_ff_dim, s.n_embd));
+    Q35_TRY(detail::check_view(fn, "shexp_up", w.shexp_up, s.shared_ff_dim, s.n_embd));
+    Q35_TRY(detail::check_view(fn, "shexp_down", w.shexp_down, s.n_embd, s.shared_ff_dim));
+    if (w.shexp_up.type != w.shexp_gate.type) return detail::bad_ffn(fn, "shexp_up differs from shexp_gate in type");
+    if (w.shexp_gate_inp.type != w.router.type)
+      return detail::bad_ffn(fn, "shexp_gate_inp has ggml type " + str(w.shexp_gate_inp.type) + ", the router " +
+                                     str(w.router.type) + " (the router kernel reads both)");
+    Q35_TRY(detail::check_cols(fn, "shexp_gate", w.shexp_gate));
+    Q35_TRY(detail::check_cols(fn, "shexp_down", w.shexp_down));
+  } else if (!w.shexp_gate.empty() || !w.shexp_gate_inp.empty()) {
+    return detail::bad_ffn(fn, "shared-expert weights are given but shared_ff_dim = 0");
+  }
+  if (a.n_tokens < 0) return detail::bad_ffn(fn, "n_tokens = " + str(a.n_tokens) + " is negative");
+  if (a.n_tokens == 0) return status::success();
+  if (!a.x || !a.h) return detail::bad_ffn(fn, "x or h is null");
+  if (reinterpret_cast<uintptr_t>(a.x) % 16 != 0) return detail::bad_ffn(fn, "x is not 16-byte aligned");
+  if (!a.error_flag)
+    return detail::bad_ffn(fn, "error_flag is null (device-side expert ids are checked on the device)");
+  const size_t need = moe_workspace_bytes(s, a.n_tokens);
+  if (!a.workspace || a.workspace_bytes < need || reinterpret_cast<uintptr_t>(a.workspace) % 256 != 0)
+    return detail::bad_ffn(fn, "workspace of " + str(int64_t(a.workspace_bytes)) + " bytes (256-byte aligned), " +
+                                   str(int64_t(need)) + " needed for " + str(a.n_tokens) + " tokens");
+  return status::success();
+}
+
+namespace detail {
+// The prefill path after routing: group the pairs by expert, run each expert over its pairs as a
+// grouped GEMM (gate+up SwiGLU, then down), the shared expert as dense GEMMs, and combine.
+inline status moe_grouped(const ffn_layer_args& a, const moe_weights& w, const moe_layout& l, stream_t stream) {
+  const ffn_shape& s = a.shape;
+  auto* ws = static_cast<uint8_t*>(a.workspace);
+  const auto* ids = reinterpret_cast<const int32_t*>(ws + l.ids);
+  auto* sorted_pairs = reinterpret_cast<int32_t*>(ws + l.sorted_pairs);
+  auto* offsets = reinterpret_cast<int32_t*>(ws + l.offsets);
+  auto* tile_starts = reinterpret_cast<int32_t*>(ws + l.tile_starts);
+  auto* act = reinterpret_cast<float*>(ws + l.act);  // [n_pairs][expert_ff], sorted order
+  auto* y = reinterpret_cast<float*>(ws + l.y);      // [n_pairs][n_embd], pair order
+  auto* sh_act = reinterpret_cast<float*>(ws + l.sh_act);
+  auto* sh_y = reinterpret_cast<float*>(ws + l.sh_y);
+  const int32_t n_pairs = int32_t(a.n_tokens * s.n_experts_used);
+  const bool shared = s.shared_ff_dim > 0;
+
+  // sorted_pairs, offsets, tile_starts: the pairs grouped by expert
+  moe_group_args g;
+  g.ids = ids, g.sorted_pairs = sorted_pairs, g.offsets = offsets, g.tile_starts = tile_starts;
+  g.n_pairs = n_pairs, g.n_experts = s.n_experts, g.error_flag = a.error_flag;
+  g.temp = ws + l.group_temp, g.temp_bytes = l.y - l.group_temp;
+  Q35_TRY(moe_group(g, stream));
+
+  if (shared) {
+    // sh_y = W_sh_down (silu(W_sh_gate x) * (W_sh_up x))
+    matmul_args m;
+    m.w = w.shexp_gate, m.maybe_w_up = w.shexp_up, m.x = a.x, m.y = sh_act, m.n_tokens = a.n_tokens;
+    m.epilogue = ops::epilogue::swiglu;
+    Q35_TRY(matmul(m, stream));
+    matmul_args d;
+    d.w = w.shexp_down, d.x = sh_act, d.y = sh_y, d.n_tokens = a.n_tokens;
+    Q35_TRY(matmul(d, stream));
+  }
+  const int32_t max_tiles = int32_t(ceil_div<int64_t>(n_pairs, kernels::moe_group_tile) + s.n_experts);
+  // act[i] = silu(W_gate[e] x[pair_i / k]) * (W_up[e] x[pair_i / k]) in sorted order
+  Q35_TRY(quant::with_format(w.gate_exps.type, [&](auto tag) -> status {
+    using kernel = kernels::moe_grouped_kernel<typename decltype(tag)::type, kernels::moe_grouped_mode::gate_up>;
+    typename kernel::params p{};
+    p.w = static_cast<const uint8_t*>(w.gate_exps.data);
+    p.up_offset_bytes = static_cast<const uint8_t*>(w.up_exps.data) - p.w;
+    p.expert_stride_bytes = w.gate_exps.stride_bytes();
+    p.x = a.x, p.y = act, p.sorted_pairs = sorted_pairs, p.offsets = offsets, p.tile_starts = tile_starts;
+    p.rows = s.expert_ff_dim, p.cols = s.n_embd, p.k = s.n_experts_used, p.n_experts = s.n_experts;
+    p.max_tiles = max_tiles;
+    return launch<kernel>(p, stream);
+  }));
+  // y[pair_i] = W_down[e] act[i]
+  Q35_TRY(quant::with_format(w.down_exps.type, [&](auto tag) -> status {
+    using kernel = kernels::moe_grouped_kernel<typename decltype(tag)::type, kernels::moe_grouped_mode::down>;
+    typename kernel::params p{};
+    p.w = static_cast<const uint8_t*>(w.down_exps.data);
+    p.expert_stride_bytes = w.down_exps.stride_bytes();
+    p.x = act, p.y = y, p.sorted_pairs = sorted_pairs, p.offsets = offsets, p.tile_starts = tile_starts;
+    p.rows = s.n_embd, p.cols = s.expert_ff_dim, p.k = s.n_experts_used, p.n_experts = s.n_experts;
+    p.max_tiles = max_tiles;
+    return launch<kernel>(p, stream);
+  }));
+  // h += sum_j w_j y_j + gate * sh_y
+  kernels::moe_combine_kernel::params c{y,
+                                        ids,
+                                        reinterpret_cast<const float*>(ws + l.weights),
+                                        shared ? sh_y : nullptr,
+                                        shared ? reinterpret_cast<const float*>(ws + l.gate) : nullptr,
+                                        a.h,
+                                        a.n_tokens,
+                                        s.n_experts_used,
+                                        s.n_experts,
+                                        s.n_embd};
+  return launch<kernels::moe_combine_kernel>(c, stream);
+}
+}  // namespace detail
+
+// h += MoE(x) for a.n_tokens tokens. Asynchronous on `stream`; the workspace needs no preparation
+// (the router's counters are cleared here) and may be shared with other ops between calls.
+inline status moe_ffn(const ffn_layer_args& a, const moe_weights& w, stream_t stream = nullptr) {
+  Q35_TRY(validate_moe(a, w));
+  if (a.n_tokens == 0) return status::success();
+  const ffn_shape& s = a.shape;
+  const detail::moe_layout l = detail::moe_plan(s, a.n_tokens);
+  auto* ws = static_cast<uint8_t*>(a.workspace);
+  auto* ids = reinterpret_cast<int32_t*>(ws + l.ids);
+  auto* weights = reinterpret_cast<float*>(ws + l.weights);
+  auto* gate = reinterpret_cast<float*>(ws + l.gate);
+  auto* act = reinterpret_cast<float*>(ws + l.act);
+  auto* sh_act = reinterpret_cast<float*>(ws + l.sh_act);
+  auto* sh_y = reinterpret_cast<float*>(ws + l.sh_y);
+  const bool shared = s.shared_ff_dim > 0;
+
+  // 1. ids, weights = top-k of softmax(W_r x), renormalised; gate = sigmoid(w_shexp . x)
+  Q35_TRY(fill_bytes(ws + l.counters, 0, size_t(a.n_tokens) * sizeof(uint32_t), stream));
+  router_view_args r;
+  r.n_tokens = a.n_tokens, r.n_embd = s.n_embd, r.n_experts = s.n_experts, r.n_experts_used = s.n_experts_used;
+  r.x = a.x, r.w_router = w.router, r.maybe_w_shexp = shared ? w.shexp_gate_inp : quant::weight_view{};
+  r.ids = ids, r.weights = weights, r.maybe_shexp_gate = shared ? gate : nullptr;
+  r.maybe_expert_counts = a.maybe_expert_counts;
+  r.workspace = {reinterpret_cast<float*>(ws + l.logits), reinterpret_cast<uint32_t*>(ws + l.counters), a.n_tokens,
+                 s.n_experts};
+  Q35_TRY(router(r, stream));
+
+  if (a.n_tokens > moe_decode_max_tokens) return detail::moe_grouped(a, w, l, stream);
+
+  // 2. act[p] = silu(gate_e x) * (up_e x) for every pair, and the shared expert's when it shares the format
+  const bool fused_gate_up = shared && w.shexp_gate.type == w.gate_exps.type;
+  const bool fused_down = shared && w.shexp_down.type == w.down_exps.type;
+  if (shared && !fused_gate_up) {
+    matmul_args m;
+    m.w = w.shexp_gate, m.maybe_w_up = w.shexp_up, m.x = a.x, m.y = sh_act, m.n_tokens = a.n_tokens;
+    m.epilogue = ops::epilogue::swiglu;
+    Q35_TRY(matmul(m, stream));
+  }
+  Q35_TRY(quant::with_format(w.gate_exps.type, [&](auto tag) -> status {
+    using kernel = kernels::moe_gate_up_kernel<typename decltype(tag)::type>;
+    typename kernel::params p{};
+    p.x = a.x;
+    p.gate = static_cast<const uint8_t*>(w.gate_exps.data);
+    p.up_offset_bytes = static_cast<const uint8_t*>(w.up_exps.data) - p.gate;
+    p.expert_stride_bytes = w.gate_exps.stride_bytes();
+    p.ids = ids, p.act = act;
+    if (fused_gate_up) {
+      p.maybe_sh_gate = static_cast<const uint8_t*>(w.shexp_gate.data);
+      p.sh_up_offset_bytes = static_cast<const uint8_t*>(w.shexp_up.data) - p.maybe_sh_gate;
+      p.maybe_sh_act = sh_act;
+    }
+    p.n_tokens = a.n_tokens, p.k = s.n_experts_used, p.n_experts = s.n_experts, p.n_embd = s.n_embd;
+    p.expert_ff = s.expert_ff_dim, p.shared_ff = s.shared_ff_dim, p.error_flag = a.error_flag;
+    return launch<kernel>(p, stream);
+  }));
+  if (shared && !fused_down) {
+    matmul_args m;
+    m.w = w.shexp_down, m.x = sh_act, m.y = sh_y, m.n_tokens = a.n_tokens;
+    Q35_TRY(matmul(m, stream));
+  }
+
+  // 3. h += sum_j w_j down_{e_j} act_j + gate * down_sh sh_act
+  return quant::with_format(w.down_exps.type, [&](auto tag) -> status {
+    using kernel = kernels::moe_down_kernel<typename decltype(tag)::type>;
+    typename kernel::params p{};
+    p.act = act;
+    p.down = static_cast<const uint8_t*>(w.down_exps.data);
+    p.expert_stride_bytes = w.down_exps.stride_bytes();
+    p.ids = ids, p.weights = weights;
+    if (fused_down) {
+      p.maybe_sh_act = sh_act;
+      p.maybe_sh_down = static_cast<const uint8_t*>(w.shexp_down.data);
+    } else if (shared) {
+      p.maybe_sh_y = sh_y;
+    }
+    p.maybe_sh_gate = shared ? gate : nullptr;
+    p.h = a.h;
+    p.n_tokens = a.n_tokens, p.k = s.n_experts_used, p.n_experts = s.n_experts, p.n_embd = s.n_embd;
+    p.expert_ff = s.expert_ff_dim, p.shared_ff = s.shared_ff_dim, p.error_flag = a.error_flag;
+    return launch<kernel>(p, stream);
+  });
+}
+
+}  // namespace q35::launch

@@ -1,0 +1,184 @@
+// Test fixture of the MoE FFN tests: random weights of one layer in chosen GGUF formats (device
+// bytes plus the reference's dequantized copy), inputs, a runner for launch::moe_ffn and the
+// comparison with the float64 reference (tests/reference/moe_reference.hpp).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/weights.hpp"
+#include "q35/launch/moe.hpp"
+#include "q35/quant/format_list.hpp"
+#include "reference/moe_reference.hpp"
+#include "test_util.hpp"
+
+namespace q35::test {
+
+// One tensor: device bytes, its view, and the dequantized floats.
+struct moe_tensor {
+  device_buffer<uint8_t> bytes;
+  quant::weight_view view;
+  std::vector<float> ref;
+};
+
+inline moe_tensor make_tensor(uint32_t type, int64_t n_mats, int64_t rows, int64_t cols, uint64_t seed) {
+  moe_tensor t;
+  std::vector<uint8_t> host;
+  Q35_REQUIRE_OK(quant::with_format(type, [&](auto tag) {
+    using F = typename decltype(tag)::type;
+    host = random_weights<F>(n_mats * rows, cols, seed);
+    t.ref = reference_weights<F>(host, n_mats * rows * cols);
+  }));
+  t.bytes = to_device(host);
+  t.view = {t.bytes.data(), type, cols, rows, n_mats, 0};
+  return t;
+}
+
+inline moe_tensor make_f32(const std::vector<float>& v, int64_t rows, int64_t cols) {
+  moe_tensor t;
+  std::vector<uint8_t> host(v.size() * 4);
+  std::memcpy(host.data(), v.data(), host.size());
+  t.bytes = to_device(host);
+  t.ref = v;
+  t.view = {t.bytes.data(), uint32_t(quant::type_id::f32), cols, rows, 1, 0};
+  return t;
+}
+
+struct moe_case_spec {
+  int n_embd = 256, n_experts = 8, k = 2, expert_ff = 256, shared_ff = 256;  // shared_ff 0: no shared expert
+  int64_t n_tokens = 1;
+  uint32_t type = uint32_t(quant::type_id::q8_0);  // gate/up experts
+  uint32_t down_type = uint32_t(quant::type_id::q8_0);
+  uint32_t sh_type = uint32_t(quant::type_id::q8_0);  // shared gate/up
+  uint32_t sh_down_type = uint32_t(quant::type_id::q8_0);
+  bool merged_gate_up = false;  // one [E][2 ff][n_embd] tensor, viewed as gate and up row ranges
+  int forced_experts = 0;       // > 0: every token selects experts 5, 2, 7, ... (mod E) first, in that order
+  uint64_t seed = 1;
+};
+
+struct moe_case {
+  moe_case_spec spec;
+  moe_tensor router, shexp_inp, gate_up, up, down, sh_gate, sh_up, sh_down;
+  launch::moe_weights weights;
+  ref::moe_ref_weights ref_w;
+  std::vector<float> x, h0;
+};
+
+// The forced expert of rank j.
+inline int forced_expert(int j, int n_experts) { return (5 + 3 * j) % n_experts; }
+
+inline moe_case make_moe_case(const moe_case_spec& s) {
+  moe_case c;
+  c.spec = s;
+  const int n = s.n_embd, E = s.n_experts, ff = s.expert_ff, sff = s.shared_ff;
+  uint64_t seed = s.seed * 1000;
+  c.x = random_floats(size_t(s.n_tokens) * n, seed++);
+  c.h0 = random_floats(size_t(s.n_tokens) * n, seed++);
+  std::vector<float> wr = random_floats(size_t(E) * n, seed++);
+  if (s.forced_experts > 0) {
+    // logit_e = 3 w_e0 + (other columns, |.| ~ 0.5): the forced experts get 3 (12 - 2 j), the rest -12
+    for (auto& v : wr) v *= 0.1f;
+    for (int64_t t = 0; t < s.n_tokens; ++t) c.x[size_t(t * n)] = 3.0f;
+    for (int e = 0; e < E; ++e) wr[size_t(e) * n] = -4.0f;
+    for (int j = 0; j < s.forced_experts; ++j) wr[size_t(forced_expert(j, E)) * n] = 4.0f - 0.67f * float(j);
+  }
+  c.router = make_f32(wr, E, n);
+  c.weights.router = c.router.view;
+  ref::moe_ref_weights& r = c.ref_w;
+  r.n_embd = n, r.n_experts = E, r.k = s.k, r.expert_ff = ff, r.shared_ff = sff;
+  r.router = wr;
+  if (s.merged_gate_up) {
+    c.gate_up = make_tensor(s.type, E, 2 * ff, n, seed++);
+    c.weights.gate_exps = c.gate_up.view.row_range(0, ff);
+    c.weights.up_exps = c.gate_up.view.row_range(ff, ff);
+    r.gate.resize(size_t(E) * ff * n), r.up.resize(size_t(E) * ff * n);
+    for (int e = 0; e < E; ++e)
+      for (int64_t i = 0; i < int64_t(ff) * n; ++i) {
+        r.gate[size_t(e * int64_t(ff) * n + i)] = c.gate_up.ref[size_t(e * 2 * int64_t(ff) * n + i)];
+        r.up[size_t(e * int64_t(ff) * n + i)] = c.gate_up.ref[size_t((e * 2 + 1) * int64_t(ff) * n + i)];
+      }
+  } else {
+    c.gate_up = make_tensor(s.type, E, ff, n, seed++);
+    c.up = make_tensor(s.type, E, ff, n, seed++);
+    c.weights.gate_exps = c.gate_up.view, c.weights.up_exps = c.up.view;
+    r.gate = c.gate_up.ref, r.up = c.up.ref;
+  }
+  c.down = make_tensor(s.down_type, E, n, ff, seed++);
+  c.weights.down_exps = c.down.view;
+  r.down = c.down.ref;
+  if (sff > 0) {
+    c.shexp_inp = make_f32(random_floats(size_t(n), seed++), 1, n);
+    c.sh_gate = make_tensor(s.sh_type, 1, sff, n, seed++);
+    c.sh_up = make_tensor(s.sh_type, 1, sff, n, seed++);
+    c.sh_down = make_tensor(s.sh_down_type, 1, n, sff, seed++);
+    c.weights.shexp_gate_inp = c.shexp_inp.view;
+    c.weights.shexp_gate = c.sh_gate.view, c.weights.shexp_up = c.sh_up.view, c.weights.shexp_down = c.sh_down.view;
+    r.shexp_inp = c.shexp_inp.ref, r.sh_gate = c.sh_gate.ref, r.sh_up = c.sh_up.ref, r.sh_down = c.sh_down.ref;
+  }
+  return c;
+}
+
+inline launch::ffn_shape shape_of(const moe_case_spec& s) {
+  launch::ffn_shape sh;
+  sh.n_embd = s.n_embd, sh.n_experts = s.n_experts, sh.n_experts_used = s.k;
+  sh.expert_ff_dim = s.expert_ff, sh.shared_ff_dim = s.shared_ff;
+  return sh;
+}
+
+struct moe_run {
+  std::vector<float> h;  // [n_tokens][n_embd]
+  int error_flag = 0;
+};
+
+// Runs launch::moe_ffn on a poisoned workspace and h = h0.
+inline moe_run run_moe(const moe_case& c) {
+  const moe_case_spec& s = c.spec;
+  device_buffer<float> x = to_device(c.x), h = to_device(c.h0);
+  device_buffer<int> flag = to_device(std::vector<int>{0});
+  launch::ffn_layer_args a;
+  a.shape = shape_of(s);
+  a.x = x.data(), a.h = h.data(), a.n_tokens = s.n_tokens, a.error_flag = flag.data();
+  device_buffer<uint8_t> ws = poisoned<uint8_t>(launch::moe_workspace_bytes(a.shape, s.n_tokens));
+  a.workspace = ws.data(), a.workspace_bytes = ws.bytes();
+  Q35_REQUIRE_OK(launch::moe_ffn(a, c.weights));
+  moe_run out;
+  out.h = to_host(h);
+  out.error_flag = to_host(flag)[0];
+  return out;
+}
+
+// Which kernel computes a dot decides its accumulation depth: up to moe_decode_max_tokens tokens
+// the warp-per-row decode kernels (and the GEMV, depth cols / 32 + 8 <= warp_unit_depth, for a
+// shared expert in other formats); above, the grouped GEMM and the dense GEMM, serial over all columns.
+inline ref::moe_ref_depths depths_of(const moe_case_spec& s) {
+  if (s.n_tokens > launch::moe_decode_max_tokens) return {ref::router_depth, ref::serial_depth, ref::serial_depth};
+  return {ref::router_depth, ref::warp_unit_depth, ref::warp_unit_depth};
+}
+
+// Compares one run with the float64 reference: every output within its derived bound.
+inline void check_moe(const moe_case& c, const moe_run& got) {
+  const moe_case_spec& s = c.spec;
+  const ref::moe_ref_result want = ref::moe_ffn(c.ref_w, c.x.data(), c.h0.data(), s.n_tokens, depths_of(s));
+  INFO("E = " << s.n_experts << ", k = " << s.k << ", ff = " << s.expert_ff << ", tokens = " << s.n_tokens);
+  // the reference's selection is unambiguous given the kernels' logit error (else the seed is unusable)
+  REQUIRE(want.min_margin > 0);
+  if (s.forced_experts > 0)
+    for (int64_t t = 0; t < s.n_tokens; ++t)
+      for (int j = 0; j < s.forced_experts; ++j)
+        REQUIRE(want.ids[size_t(t * s.k + j)] == forced_expert(j, s.n_experts));
+  CHECK(got.error_flag == 0);
+  int bad = 0;
+  for (size_t i = 0; i < want.value.size(); ++i) {
+    const double err = std::fabs(double(got.h[i]) - want.value[i]);
+    if (!(err <= want.tol[i]) && bad++ < 5) {
+      INFO("output " << i << ": got " << got.h[i] << ", want " << want.value[i] << " +- " << want.tol[i]);
+      CHECK(err <= want.tol[i]);
+    }
+  }
+  CHECK(bad == 0);
+}
+
+}  // namespace q35::test
