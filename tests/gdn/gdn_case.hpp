@@ -133,12 +133,15 @@ struct gdn_case {
     ref::gdn_dims d = dims;
     d.interleaved = interleaved;
     gdn_check r;
-    size_t row = 0;
+    size_t row = 0, n_tokens = 0;
+    for (const auto& s : seqs) n_tokens += s.x.size() / size_t(shape.n_embd);
+    // block formats may take the GEMV's 16-bit activation path for decode-sized calls
+    const bool act16 = F::id != quant::type_id::f32 && n_tokens <= size_t(launch::gemv_max_tokens);
     for (const auto& s : seqs) {
       auto it = ref_states.try_emplace(s.slot, dims).first;
       const size_t n = s.x.size() / size_t(shape.n_embd);
       for (size_t t = 0; t < n; ++t, ++row) {
-        const ref::bounded o = ref::gdn_layer_token(d, w64, it->second, s.x.data() + t * size_t(shape.n_embd));
+        const ref::bounded o = ref::gdn_layer_token(d, w64, it->second, s.x.data() + t * size_t(shape.n_embd), act16);
         for (int c = 0; c < shape.n_embd; ++c) {
           const size_t at = row * size_t(shape.n_embd) + size_t(c);
           const double want = double(h0[at]) + o.v[size_t(c)];

@@ -53,20 +53,40 @@ struct bounded {
   explicit bounded(size_t n = 0) : v(n, 0.0), e(n, 0.0) {}
 };
 
-// y = W x for an fp32 row x, with the fp32 dot bound (cols + 1) u sum |w x|.
-inline bounded gdn_project(const std::vector<double>& w, int64_t rows, int64_t cols, const float* x) {
+// Half the step of the GEMV engine's 16-bit activations (quant/act16.hpp): an element of a group of
+// 32 is within (0.5 + 2^-9) max|group| / 32767 of its quantized value.
+inline std::vector<double> gdn_act16_error(const double* x, const double* xe, int64_t cols) {
+  std::vector<double> e(static_cast<size_t>(cols), 0.0);
+  for (int64_t g = 0; g < cols; g += 32) {
+    double m = 0;
+    for (int64_t c = g; c < std::min<int64_t>(g + 32, cols); ++c) m = std::max(m, std::fabs(x[c]) + (xe ? xe[c] : 0));
+    for (int64_t c = g; c < std::min<int64_t>(g + 32, cols); ++c) e[size_t(c)] = (0.5 + 1.0 / 512) * m / 32767.0;
+  }
+  return e;
+}
+
+// y = W x for a row x (with error bound xe, or exact when null), with the fp32 dot bound
+// (cols + 1) u sum |w x| and, when act16, the engine's 16-bit activation rounding sum |w| dx.
+inline bounded gdn_project(const std::vector<double>& w, int64_t rows, int64_t cols, const double* x, const double* xe,
+                           bool act16) {
+  const std::vector<double> qe = act16 ? gdn_act16_error(x, xe, cols) : std::vector<double>(size_t(cols), 0.0);
   bounded y{size_t(rows)};
   for (int64_t r = 0; r < rows; ++r) {
-    double s = 0, a = 0;
+    double s = 0, a = 0, e = 0;
     for (int64_t c = 0; c < cols; ++c) {
-      const double p = w[size_t(r * cols + c)] * double(x[c]);
-      s += p;
-      a += std::fabs(p);
+      const double wv = w[size_t(r * cols + c)];
+      s += wv * x[c];
+      a += std::fabs(wv * x[c]);
+      e += std::fabs(wv) * ((xe ? xe[c] : 0.0) + qe[size_t(c)]);
     }
     y.v[size_t(r)] = s;
-    y.e[size_t(r)] = double(cols + 1) * gdn_u * a;
+    y.e[size_t(r)] = e + double(cols + 1) * gdn_u * a;
   }
   return y;
+}
+inline bounded gdn_project(const std::vector<double>& w, int64_t rows, int64_t cols, const float* x, bool act16) {
+  const std::vector<double> xd(x, x + cols);
+  return gdn_project(w, rows, cols, xd.data(), nullptr, act16);
 }
 
 inline double gdn_silu(double x) { return x / (1.0 + std::exp(-x)); }
@@ -204,27 +224,15 @@ inline bounded gdn_core_token(const gdn_dims& d, const gdn_weights& w, gdn_state
 }
 
 // The whole layer for one token: t = ssm_out(core(projections(x))), with error bounds (h += t is
-// the caller's; it adds one rounding u |h|).
-inline bounded gdn_layer_token(const gdn_dims& d, const gdn_weights& w, gdn_state& st, const float* x) {
-  const bounded qkv = gdn_project(w.qkv, d.conv_dim(), d.n_embd, x);
-  const bounded z = gdn_project(w.gate, d.value_dim(), d.n_embd, x);
-  const bounded b = gdn_project(w.beta, d.n_v, d.n_embd, x);
-  const bounded al = gdn_project(w.alpha, d.n_v, d.n_embd, x);
+// the caller's; it adds one rounding u |h|). act16: the projections may round their activations to
+// 16 bits (the GEMV engine's integer path for block formats, up to gemv_max_tokens tokens).
+inline bounded gdn_layer_token(const gdn_dims& d, const gdn_weights& w, gdn_state& st, const float* x, bool act16) {
+  const bounded qkv = gdn_project(w.qkv, d.conv_dim(), d.n_embd, x, act16);
+  const bounded z = gdn_project(w.gate, d.value_dim(), d.n_embd, x, act16);
+  const bounded b = gdn_project(w.beta, d.n_v, d.n_embd, x, act16);
+  const bounded al = gdn_project(w.alpha, d.n_v, d.n_embd, x, act16);
   const bounded y = gdn_core_token(d, w, st, qkv, z, b, al);
-  bounded t{size_t(d.n_embd)};
-  const int64_t vd = d.value_dim();
-  for (int r = 0; r < d.n_embd; ++r) {
-    double s = 0, e = 0, m = 0;
-    for (int64_t c = 0; c < vd; ++c) {
-      const double wv = w.out[size_t(r * vd + c)];
-      s += wv * y.v[size_t(c)];
-      e += std::fabs(wv) * y.e[size_t(c)];
-      m += std::fabs(wv * y.v[size_t(c)]);
-    }
-    t.v[size_t(r)] = s;
-    t.e[size_t(r)] = e + double(vd + 1) * gdn_u * m;
-  }
-  return t;
+  return gdn_project(w.out, d.n_embd, d.value_dim(), y.v.data(), y.e.data(), act16);
 }
 
 }  // namespace q35::ref

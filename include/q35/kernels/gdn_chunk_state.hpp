@@ -81,7 +81,8 @@ struct gdn_chunk_state_kernel {
       arch::sync_block();
 
       // V_new = W - U S
-      for (int i = rg; i < chunk; i += row_groups) {
+      for (int r = 0; r < chunk / row_groups; ++r) {
+        const int i = rg + r * row_groups;
         float acc = 0.0f;
         for (int key = 0; key < KDim; ++key) acc += m[i * KDim + key] * st[key * tile + col];
         vn[i * tile + col] = i < nr ? p.t.w[((r0 + i) * n_v + j) * VDim + c0 + col] - acc : 0.0f;
@@ -94,11 +95,12 @@ struct gdn_chunk_state_kernel {
       arch::sync_block();
 
       // O = (q e^G) S + Aqk V_new
-      for (int i = rg; i < nr; i += row_groups) {
+      for (int r = 0; r < chunk / row_groups; ++r) {
+        const int i = rg + r * row_groups;
         float acc = 0.0f;
         for (int key = 0; key < KDim; ++key) acc += m[i * KDim + key] * st[key * tile + col];
         for (int c = 0; c <= i; ++c) acc += aq[i * chunk + c] * vn[c * tile + col];
-        p.t.o[((r0 + i) * n_v + j) * VDim + c0 + col] = acc;
+        if (i < nr) p.t.o[((r0 + i) * n_v + j) * VDim + c0 + col] = acc;
       }
       arch::sync_block();
       const float g_last = s.g[nr - 1];
@@ -110,7 +112,8 @@ struct gdn_chunk_state_kernel {
 
       // S <- e^(G_C) S + (k e^(G_C - G))^T V_new
       const float decay = arch::fast_exp(g_last);
-      for (int key = rg; key < KDim; key += row_groups) {
+      for (int r = 0; r < KDim / row_groups; ++r) {
+        const int key = rg + r * row_groups;
         float acc = st[key * tile + col] * decay;
         for (int i = 0; i < nr; ++i) acc += m[i * KDim + key] * vn[i * tile + col];
         st[key * tile + col] = acc;

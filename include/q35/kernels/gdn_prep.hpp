@@ -86,15 +86,20 @@ struct gdn_prep_kernel {
     p.out.k[qk_at] = k / fmaxf(sqrtf(kk), ops::gdn_l2_eps);
 
     for (int j = h; j < n_v; j += n_k) {
-      for (int c = tid; c < VDim; c += threads) {
-        p.out.v[(row * n_v + j) * VDim + c] =
-            ops::make_conv_channel<KDim, VDim>(in.qkv, row0, in.state, slot, in.conv_w, in.heads, j, 2 * KDim + c)
-                .conv_silu(t);
+      Q35_UNROLL
+      for (int c0 = 0; c0 < VDim; c0 += threads) {
+        const int c = c0 + tid;
+        if (VDim % threads == 0 || c < VDim) {
+          p.out.v[(row * n_v + j) * VDim + c] =
+              ops::make_conv_channel<KDim, VDim>(in.qkv, row0, in.state, slot, in.conv_w, in.heads, j, 2 * KDim + c)
+                  .conv_silu(t);
+        }
       }
-      if (tid == 0) {
-        p.out.beta[row * n_v + j] = ops::gdn_beta(in.b[row * n_v + j]);
-        p.out.g[row * n_v + j] = ops::gdn_log_decay(in.alpha[row * n_v + j], in.dt_bias[j], in.ssm_a[j]);
-      }
+    }
+    // beta = sigmoid(b), g = ssm_a softplus(alpha + dt_bias) of the group's v-heads, one per thread
+    for (int j = h + tid * n_k; j < n_v; j += threads * n_k) {
+      p.out.beta[row * n_v + j] = ops::gdn_beta(in.b[row * n_v + j]);
+      p.out.g[row * n_v + j] = ops::gdn_log_decay(in.alpha[row * n_v + j], in.dt_bias[j], in.ssm_a[j]);
     }
   }
 };
