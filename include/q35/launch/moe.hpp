@@ -289,41 +289,65 @@ inline status moe_grouped(const ffn_layer_args& a, const moe_weights& w, const m
 }
 }  // namespace detail
 
-// h += MoE(x) for a.n_tokens tokens. Asynchronous on `stream`; the workspace needs no preparation
-// (the router's counters are cleared here) and may be shared with other ops between calls.
-inline status moe_ffn(const ffn_layer_args& a, const moe_weights& w, stream_t stream = nullptr) {
-  Q35_TRY(validate_moe(a, w));
-  if (a.n_tokens == 0) return status::success();
-  const ffn_shape& s = a.shape;
-  const detail::moe_layout l = detail::moe_plan(s, a.n_tokens);
-  auto* ws = static_cast<uint8_t*>(a.workspace);
-  auto* ids = reinterpret_cast<int32_t*>(ws + l.ids);
-  auto* weights = reinterpret_cast<float*>(ws + l.weights);
-  auto* gate = reinterpret_cast<float*>(ws + l.gate);
-  auto* act = reinterpret_cast<float*>(ws + l.act);
-  auto* sh_act = reinterpret_cast<float*>(ws + l.sh_act);
-  auto* sh_y = reinterpret_cast<float*>(ws + l.sh_y);
-  const bool shared = s.shared_ff_dim > 0;
+namespace detail {
+// The scratch regions of one call, as typed pointers.
+struct moe_buffers {
+  moe_layout l;
+  uint8_t* ws;
+  int32_t* ids;    // [n][k]
+  float* weights;  // [n][k]
+  float* gate;     // [n] shared-expert gate
+  float* act;      // [n * k][expert_ff]
+  float* sh_act;   // [n][shared_ff]
+  float* sh_y;     // [n][n_embd]
+};
+inline moe_buffers moe_buffers_of(const ffn_layer_args& a) {
+  moe_buffers b;
+  b.l = moe_plan(a.shape, a.n_tokens);
+  b.ws = static_cast<uint8_t*>(a.workspace);
+  b.ids = reinterpret_cast<int32_t*>(b.ws + b.l.ids);
+  b.weights = reinterpret_cast<float*>(b.ws + b.l.weights);
+  b.gate = reinterpret_cast<float*>(b.ws + b.l.gate);
+  b.act = reinterpret_cast<float*>(b.ws + b.l.act);
+  b.sh_act = reinterpret_cast<float*>(b.ws + b.l.sh_act);
+  b.sh_y = reinterpret_cast<float*>(b.ws + b.l.sh_y);
+  return b;
+}
 
-  // 1. ids, weights = top-k of softmax(W_r x), renormalised; gate = sigmoid(w_shexp . x)
-  Q35_TRY(fill_bytes(ws + l.counters, 0, size_t(a.n_tokens) * sizeof(uint32_t), stream));
+// Step 1 (both paths): ids, weights = top-k of softmax(W_r x), renormalised; gate = sigmoid(w_shexp . x).
+inline status moe_route(const ffn_layer_args& a, const moe_weights& w, stream_t stream) {
+  const ffn_shape& s = a.shape;
+  const moe_buffers b = moe_buffers_of(a);
+  const bool shared = s.shared_ff_dim > 0;
+  Q35_TRY(fill_bytes(b.ws + b.l.counters, 0, size_t(a.n_tokens) * sizeof(uint32_t), stream));
   router_view_args r;
   r.n_tokens = a.n_tokens, r.n_embd = s.n_embd, r.n_experts = s.n_experts, r.n_experts_used = s.n_experts_used;
   r.x = a.x, r.w_router = w.router, r.maybe_w_shexp = shared ? w.shexp_gate_inp : quant::weight_view{};
-  r.ids = ids, r.weights = weights, r.maybe_shexp_gate = shared ? gate : nullptr;
+  r.ids = b.ids, r.weights = b.weights, r.maybe_shexp_gate = shared ? b.gate : nullptr;
   r.maybe_expert_counts = a.maybe_expert_counts;
-  r.workspace = {reinterpret_cast<float*>(ws + l.logits), reinterpret_cast<uint32_t*>(ws + l.counters), a.n_tokens,
-                 s.n_experts};
-  Q35_TRY(router(r, stream));
+  r.workspace = {reinterpret_cast<float*>(b.ws + b.l.logits), reinterpret_cast<uint32_t*>(b.ws + b.l.counters),
+                 a.n_tokens, s.n_experts};
+  return router(r, stream);
+}
 
-  if (a.n_tokens > moe_decode_max_tokens) return detail::moe_grouped(a, w, l, stream);
+// Whether the decode kernels compute the shared expert's gate+up (down) themselves: only in the
+// routed experts' format (one instance per format, not per pair of formats).
+inline bool moe_fused_gate_up(const moe_weights& w, const ffn_shape& s) {
+  return s.shared_ff_dim > 0 && w.shexp_gate.type == w.gate_exps.type;
+}
+inline bool moe_fused_down(const moe_weights& w, const ffn_shape& s) {
+  return s.shared_ff_dim > 0 && w.shexp_down.type == w.down_exps.type;
+}
 
-  // 2. act[p] = silu(gate_e x) * (up_e x) for every pair, and the shared expert's when it shares the format
-  const bool fused_gate_up = shared && w.shexp_gate.type == w.gate_exps.type;
-  const bool fused_down = shared && w.shexp_down.type == w.down_exps.type;
-  if (shared && !fused_gate_up) {
+// Decode step 2: act[p] = silu(gate_e x) * (up_e x) for every pair, and the shared expert's
+// (through launch::matmul when it has another format; its down projection then too).
+inline status moe_decode_gate_up(const ffn_layer_args& a, const moe_weights& w, stream_t stream) {
+  const ffn_shape& s = a.shape;
+  const moe_buffers b = moe_buffers_of(a);
+  const bool fused = moe_fused_gate_up(w, s);
+  if (s.shared_ff_dim > 0 && !fused) {
     matmul_args m;
-    m.w = w.shexp_gate, m.maybe_w_up = w.shexp_up, m.x = a.x, m.y = sh_act, m.n_tokens = a.n_tokens;
+    m.w = w.shexp_gate, m.maybe_w_up = w.shexp_up, m.x = a.x, m.y = b.sh_act, m.n_tokens = a.n_tokens;
     m.epilogue = ops::epilogue::swiglu;
     Q35_TRY(matmul(m, stream));
   }
@@ -334,42 +358,61 @@ inline status moe_ffn(const ffn_layer_args& a, const moe_weights& w, stream_t st
     p.gate = static_cast<const uint8_t*>(w.gate_exps.data);
     p.up_offset_bytes = static_cast<const uint8_t*>(w.up_exps.data) - p.gate;
     p.expert_stride_bytes = w.gate_exps.stride_bytes();
-    p.ids = ids, p.act = act;
-    if (fused_gate_up) {
+    p.ids = b.ids, p.act = b.act;
+    if (fused) {
       p.maybe_sh_gate = static_cast<const uint8_t*>(w.shexp_gate.data);
       p.sh_up_offset_bytes = static_cast<const uint8_t*>(w.shexp_up.data) - p.maybe_sh_gate;
-      p.maybe_sh_act = sh_act;
+      p.maybe_sh_act = b.sh_act;
     }
     p.n_tokens = a.n_tokens, p.k = s.n_experts_used, p.n_experts = s.n_experts, p.n_embd = s.n_embd;
     p.expert_ff = s.expert_ff_dim, p.shared_ff = s.shared_ff_dim, p.error_flag = a.error_flag;
     return launch<kernel>(p, stream);
   }));
-  if (shared && !fused_down) {
+  if (s.shared_ff_dim > 0 && !moe_fused_down(w, s)) {
     matmul_args m;
-    m.w = w.shexp_down, m.x = sh_act, m.y = sh_y, m.n_tokens = a.n_tokens;
+    m.w = w.shexp_down, m.x = b.sh_act, m.y = b.sh_y, m.n_tokens = a.n_tokens;
     Q35_TRY(matmul(m, stream));
   }
+  return status::success();
+}
 
-  // 3. h += sum_j w_j down_{e_j} act_j + gate * down_sh sh_act
+// Decode step 3: h += sum_j w_j down_{e_j} act_j + gate * down_sh sh_act.
+inline status moe_decode_down(const ffn_layer_args& a, const moe_weights& w, stream_t stream) {
+  const ffn_shape& s = a.shape;
+  const moe_buffers b = moe_buffers_of(a);
+  const bool shared = s.shared_ff_dim > 0;
   return quant::with_format(w.down_exps.type, [&](auto tag) -> status {
     using kernel = kernels::moe_down_kernel<typename decltype(tag)::type>;
     typename kernel::params p{};
-    p.act = act;
+    p.act = b.act;
     p.down = static_cast<const uint8_t*>(w.down_exps.data);
     p.expert_stride_bytes = w.down_exps.stride_bytes();
-    p.ids = ids, p.weights = weights;
-    if (fused_down) {
-      p.maybe_sh_act = sh_act;
+    p.ids = b.ids, p.weights = b.weights;
+    if (moe_fused_down(w, s)) {
+      p.maybe_sh_act = b.sh_act;
       p.maybe_sh_down = static_cast<const uint8_t*>(w.shexp_down.data);
     } else if (shared) {
-      p.maybe_sh_y = sh_y;
+      p.maybe_sh_y = b.sh_y;
     }
-    p.maybe_sh_gate = shared ? gate : nullptr;
+    p.maybe_sh_gate = shared ? b.gate : nullptr;
     p.h = a.h;
     p.n_tokens = a.n_tokens, p.k = s.n_experts_used, p.n_experts = s.n_experts, p.n_embd = s.n_embd;
     p.expert_ff = s.expert_ff_dim, p.shared_ff = s.shared_ff_dim, p.error_flag = a.error_flag;
     return launch<kernel>(p, stream);
   });
+}
+}  // namespace detail
+
+// h += MoE(x) for a.n_tokens tokens. Asynchronous on `stream`; the workspace needs no preparation
+// (the router's counters are cleared here) and may be shared with other ops between calls.
+inline status moe_ffn(const ffn_layer_args& a, const moe_weights& w, stream_t stream = nullptr) {
+  Q35_TRY(validate_moe(a, w));
+  if (a.n_tokens == 0) return status::success();
+  Q35_TRY(detail::moe_route(a, w, stream));
+  if (a.n_tokens > moe_decode_max_tokens)
+    return detail::moe_grouped(a, w, detail::moe_plan(a.shape, a.n_tokens), stream);
+  Q35_TRY(detail::moe_decode_gate_up(a, w, stream));
+  return detail::moe_decode_down(a, w, stream);
 }
 
 }  // namespace q35::launch
