@@ -21,14 +21,19 @@ struct matmul_case {
   device_buffer<uint8_t> dwg, dwu;
   device_buffer<float> dx;
 
-  matmul_case(int64_t rows, int64_t cols, int64_t n_tokens, ops::epilogue e, uint64_t seed)
+  // act16: the references carry the bound of the GEMV's integer path (16-bit activations).
+  matmul_case(int64_t rows, int64_t cols, int64_t n_tokens, ops::epilogue e, uint64_t seed, bool act16 = false)
       : wg(random_weights<F>(rows, cols, seed)),
         wu(random_weights<F>(rows, cols, seed + 1)),
         x(random_floats(size_t(n_tokens * cols), seed + 2)),
-        h0(random_floats(size_t(n_tokens * rows), seed + 3, -4.0f, 4.0f)),
-        rg(ref::matvec(reference_weights<F>(wg, rows * cols), x.data(), rows, cols, int(n_tokens))) {
-    if (e == ops::epilogue::swiglu)
-      ru = ref::matvec(reference_weights<F>(wu, rows * cols), x.data(), rows, cols, int(n_tokens));
+        h0(random_floats(size_t(n_tokens * rows), seed + 3, -4.0f, 4.0f)) {
+    auto dots = [&](const std::vector<uint8_t>& w) {
+      const auto ref_w = reference_weights<F>(w, rows * cols);
+      return act16 ? ref::matvec_act16(ref_w, weight_parts<F>(w, rows * cols), x.data(), rows, cols, int(n_tokens))
+                   : ref::matvec(ref_w, x.data(), rows, cols, int(n_tokens));
+    };
+    rg = dots(wg);
+    if (e == ops::epilogue::swiglu) ru = dots(wu);
     dwg = to_device(wg), dwu = to_device(wu), dx = to_device(x);
   }
 

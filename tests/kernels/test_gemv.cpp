@@ -1,10 +1,12 @@
 // GEMV family against float64 host references: every format, 1-8 tokens, odd and real Qwen3.5
 // shapes, the residual and SwiGLU epilogues, expert-indexed runs with repeated and out-of-range ids.
 //
-// Tolerance: the kernel's weights are bit-exact (tests/quant), so the only error is fp32
-// accumulation. Each lane sums about cols/32 rounded products in order and a 5-level warp tree adds
-// the lanes, so the chain depth is <= cols/32 + 8 (a segment boundary resumes the same chain);
-// Higham's bound (depth + 1) * 2^-24 * sum|w x| (ref::fp32_dot_bound) holds for every output.
+// Tolerance, float path: the kernel's weights are bit-exact (tests/quant), so the only error is fp32
+// accumulation. Each lane sums its items' rounded products in order and a <= 5-level shuffle tree
+// adds the lanes of a row, so the chain depth is <= cols/32 + 8; Higham's bound
+// (depth + 1) * 2^-24 * sum|w x| (ref::fp32_dot_bound) holds for every output.
+// Integer path (16-bit activations, dp2a): the activation rounding (<= 2^-16 of each 32-group's
+// max |x|) plus the fp32 steps per group, as derived at ref::fp32_dot_bound.
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -27,14 +29,18 @@ template <class F>
 constexpr int64_t min_cols = F::block_elems > quant::unit_elems ? F::block_elems : quant::unit_elems;
 
 // Runs one plain GEMV with epilogue `e` and compares every output with the float64 reference.
+// act16: through the integer path (activations quantized into a workspace first).
 template <class F>
-void check_gemv(int64_t rows, int64_t cols, int n_tokens, gemv_epilogue e, uint64_t seed) {
+void check_gemv(int64_t rows, int64_t cols, int n_tokens, gemv_epilogue e, uint64_t seed, bool act16 = false) {
   CAPTURE(F::name);
   CAPTURE(rows);
   CAPTURE(cols);
   CAPTURE(n_tokens);
   CAPTURE(int(e));
-  const test::matmul_case<F> c(rows, cols, n_tokens, e, seed);
+  CAPTURE(act16);
+  const test::matmul_case<F> c(rows, cols, n_tokens, e, seed, act16);
+  device_buffer<uint8_t> workspace;
+  if (act16) Q35_REQUIRE_OK(workspace.allocate(launch::gemv_workspace_bytes(cols, n_tokens)));
   test::for_each_order([&] {
     auto dy = e == gemv_epilogue::residual ? test::to_device(c.h0) : test::poisoned<float>(size_t(n_tokens * rows));
     launch::gemv_args<F> a;
@@ -46,6 +52,9 @@ void check_gemv(int64_t rows, int64_t cols, int n_tokens, gemv_epilogue e, uint6
     a.cols = cols;
     a.n_tokens = n_tokens;
     a.epilogue = e;
+    a.maybe_workspace = workspace.data();
+    a.workspace_bytes = workspace.bytes();
+    if (act16) REQUIRE(launch::gemv_has_int_path(a));
     Q35_REQUIRE_OK(launch::gemv(a));
     const auto y = test::to_host(dy);
     int64_t bad = 0, first = -1;
@@ -66,9 +75,9 @@ void check_gemv(int64_t rows, int64_t cols, int n_tokens, gemv_epilogue e, uint6
       quant::q4_k_format, quant::q5_k_format, quant::q6_k_format
 
 TEST_CASE_TEMPLATE("gemv: odd shapes, 1-8 tokens, every format" * test::needs_device(), F, Q35_ALL_FORMATS) {
-  using K = kernels::gemv_kernel<F, ops::gemv_policy<F>, 1, gemv_epilogue::store, false>;
-  // rows not a multiple of the 8-row tile; columns at the minimum, and one segment plus a partial one
-  const int64_t two_segments = (K::seg_blocks + F::blocks_per_unit) * F::block_elems;
+  // rows not a multiple of a block's rows; columns at the minimum, and an odd number of units (one
+  // lane per row) or 2 x 9 units (two lanes per row, nine items each)
+  const int64_t two_segments = 18 * min_cols<F>;
   check_gemv<F>(13, min_cols<F>, 1, gemv_epilogue::store, 11);
   check_gemv<F>(5, min_cols<F>, 8, gemv_epilogue::store, 12);
   check_gemv<F>(37, two_segments, 3, gemv_epilogue::store, 13);
@@ -86,11 +95,32 @@ TEST_CASE_TEMPLATE("gemv: fused gate+up SwiGLU epilogue" * test::needs_device(),
   check_gemv<F>(11, 2 * min_cols<F>, 7, gemv_epilogue::swiglu, 32);
 }
 
-// Real Qwen3.5-9B decode shapes, a few (the sim runs them in seconds each).
+#define Q35_INT_FORMATS \
+  quant::q8_0_format, quant::q4_0_format, quant::q4_k_format, quant::q5_k_format, quant::q6_k_format
+
+// The integer path: rows not a multiple of a block's rows, 1, 3 and 6 items per row (one, one and
+// two lanes per row), every token count bucket and epilogue.
+TEST_CASE_TEMPLATE("gemv integer path: every quantized format, 1-8 tokens, every epilogue" * test::needs_device(), F,
+                   Q35_INT_FORMATS) {
+  const int64_t item = ops::dot16<F>::item_elems;
+  check_gemv<F>(13, item, 1, gemv_epilogue::store, 111, true);
+  check_gemv<F>(5, item, 8, gemv_epilogue::store, 112, true);
+  check_gemv<F>(37, 3 * item, 3, gemv_epilogue::store, 113, true);
+  check_gemv<F>(9, 6 * item, 2, gemv_epilogue::store, 114, true);
+  check_gemv<F>(19, 2 * item, 1, gemv_epilogue::residual, 121, true);
+  check_gemv<F>(8, item, 4, gemv_epilogue::residual, 122, true);
+  check_gemv<F>(19, item, 1, gemv_epilogue::swiglu, 131, true);
+  check_gemv<F>(11, 2 * item, 7, gemv_epilogue::swiglu, 132, true);
+}
+
+// Real Qwen3.5-9B decode shapes through the integer path the decoder takes (the sim runs them in
+// seconds each); the float path at one of them.
 TEST_CASE("gemv: Qwen3.5-9B shapes, 4096 -> 12288 gate/up and 12288 -> 4096 down" * test::needs_device()) {
-  check_gemv<quant::q4_k_format>(12288, 4096, 1, gemv_epilogue::swiglu, 41);
-  check_gemv<quant::q6_k_format>(4096, 12288, 2, gemv_epilogue::residual, 42);
-  check_gemv<quant::q8_0_format>(8192, 4096, 1, gemv_epilogue::store, 43);
+  check_gemv<quant::q4_k_format>(12288, 4096, 1, gemv_epilogue::swiglu, 41, true);
+  check_gemv<quant::q6_k_format>(4096, 12288, 2, gemv_epilogue::residual, 42, true);
+  check_gemv<quant::q8_0_format>(8192, 4096, 1, gemv_epilogue::store, 43, true);
+  check_gemv<quant::q4_k_format>(4096, 12288, 1, gemv_epilogue::residual, 44, true);
+  check_gemv<quant::q4_k_format>(4096, 4096, 8, gemv_epilogue::store, 45, false);
 }
 
 }  // namespace
@@ -127,7 +157,7 @@ TEST_CASE("gemv: NaN and inf inputs propagate per token and per row" * test::nee
 }
 
 // The largest GEMV of the model: the Q6_K output head, 248320 x 4096 (31040 blocks, 834 MB), one
-// token, one thread order (four would cost minutes of sim time; the orders are covered above).
+// token through the integer path, one thread order (four would cost minutes of sim time; the orders are covered above).
 TEST_CASE("gemv: largest shape, the Q6_K output head 4096 -> 248320" * test::needs_device()) {
   using F = quant::q6_k_format;
   const int64_t rows = 248320, cols = 4096;
@@ -135,16 +165,21 @@ TEST_CASE("gemv: largest shape, the Q6_K output head 4096 -> 248320" * test::nee
   const auto x = test::random_floats(size_t(cols), 102);
   auto dx = test::to_device(x);
   auto dy = test::poisoned<float>(size_t(rows));
+  device_buffer<uint8_t> workspace;
+  Q35_REQUIRE_OK(workspace.allocate(launch::gemv_workspace_bytes(cols, 1)));
   launch::gemv_args<F> a;
   a.w = reinterpret_cast<const F::block*>(dw.data()), a.x = dx.data(), a.y = dy.data();
   a.rows = rows, a.cols = cols;
+  a.maybe_workspace = workspace.data(), a.workspace_bytes = workspace.bytes();  // the integer path
+  REQUIRE(launch::gemv_has_int_path(a));
   Q35_REQUIRE_OK(launch::gemv(a));
   const auto y = test::to_host(dy);
   const auto w = test::random_weights<F>(rows, cols, 101);  // the same bytes, regenerated on the host
   int64_t bad = 0;
   for (int64_t row = 0; row < rows; ++row) {  // row by row: the float64 reference stays small
     const std::vector<uint8_t> bytes(w.begin() + row * F::row_bytes(cols), w.begin() + (row + 1) * F::row_bytes(cols));
-    const ref::dot_result r = ref::matvec(test::reference_weights<F>(bytes, cols), x.data(), 1, cols, 1)[0];
+    const ref::dot_result r = ref::matvec_act16(test::reference_weights<F>(bytes, cols),
+                                                test::weight_parts<F>(bytes, cols), x.data(), 1, cols, 1)[0];
     bad += !(std::fabs(double(y[size_t(row)]) - r.value) <= ref::fp32_dot_bound(r, cols / warp_size + 8) + 1e-30);
   }
   CHECK(bad == 0);

@@ -1,6 +1,7 @@
 // Expert-indexed GEMV (the MoE case): pairs with repeated expert ids, shared activations across a
 // token's slots, out-of-range ids caught by the device-side guard; and the validation messages.
-// Tolerance: as in test_gemv.cpp (fp32 accumulation depth cols/32 + 8, Higham's bound).
+// Tolerance: as in test_gemv.cpp (fp32 accumulation depth cols/32 + 8, Higham's bound; on the
+// integer path plus the 16-bit activation rounding, ref::fp32_dot_bound).
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -16,11 +17,22 @@ namespace {
 using namespace q35;
 using launch::gemv_epilogue;
 
+// Float64 dots of rows [first, first + rows) of a dequantized tensor with one activation row, with
+// the integer path's bound terms when act16 (parts: test::weight_parts of the same tensor).
+std::vector<ref::dot_result> dots(const std::vector<float>& w, const std::vector<float>& parts, int64_t first,
+                                  int64_t rows, int64_t cols, const float* x, bool act16) {
+  const auto begin = w.begin() + first * cols, pbegin = parts.begin() + first * cols;
+  const std::vector<float> wr(begin, begin + rows * cols);
+  if (!act16) return ref::matvec(wr, x, rows, cols, 1);
+  return ref::matvec_act16(wr, std::vector<float>(pbegin, pbegin + rows * cols), x, rows, cols, 1);
+}
+
 template <class F>
 void check_experts(const std::vector<int32_t>& ids, int n_experts, int64_t rows, int64_t cols, int x_group_div,
-                   gemv_epilogue e, uint64_t seed) {
+                   gemv_epilogue e, uint64_t seed, bool act16 = false) {
   CAPTURE(F::name);
   CAPTURE(int(e));
+  CAPTURE(act16);
   const int n_pairs = int(ids.size());
   const int n_x = (n_pairs + x_group_div - 1) / x_group_div;
   const auto wg = test::random_weights<F>(n_experts * rows, cols, seed);
@@ -28,9 +40,13 @@ void check_experts(const std::vector<int32_t>& ids, int n_experts, int64_t rows,
   const auto x = test::random_floats(size_t(n_x * cols), seed + 2);
   const auto dg = test::reference_weights<F>(wg, n_experts * rows * cols);
   const auto du = test::reference_weights<F>(wu, n_experts * rows * cols);
+  const auto pg = test::weight_parts<F>(wg, n_experts * rows * cols);
+  const auto pu = test::weight_parts<F>(wu, n_experts * rows * cols);
   auto dwg = test::to_device(wg), dwu = test::to_device(wu);
   auto dx = test::to_device(x);
   auto dids = test::to_device(ids);
+  device_buffer<uint8_t> workspace;
+  if (act16) Q35_REQUIRE_OK(workspace.allocate(launch::gemv_workspace_bytes(cols, n_x)));
   bool any_bad = false;
   for (int32_t id : ids) any_bad |= id < 0 || id >= n_experts;
 
@@ -50,6 +66,8 @@ void check_experts(const std::vector<int32_t>& ids, int n_experts, int64_t rows,
     a.n_experts = n_experts;
     a.x_group_div = x_group_div;
     a.maybe_error_flag = flag.data();
+    a.maybe_workspace = workspace.data(), a.workspace_bytes = workspace.bytes();
+    if (act16) REQUIRE(launch::gemv_has_int_path(a));
     Q35_REQUIRE_OK(launch::gemv(a));
     const auto y = test::to_host(dy);
     CHECK(test::to_host(flag)[0] == (any_bad ? 1 : 0));
@@ -61,11 +79,9 @@ void check_experts(const std::vector<int32_t>& ids, int n_experts, int64_t rows,
         for (int64_t r = 0; r < rows; ++r) bad += !std::isnan(yp[r]);
         continue;
       }
-      const std::vector<float> we(dg.begin() + id * rows * cols, dg.begin() + (id + 1) * rows * cols);
-      const std::vector<float> wue(du.begin() + id * rows * cols, du.begin() + (id + 1) * rows * cols);
       const float* xp = x.data() + (p / x_group_div) * cols;
-      const auto rg = ref::matvec(we, xp, rows, cols, 1);
-      const auto ru = ref::matvec(wue, xp, rows, cols, 1);
+      const auto rg = dots(dg, pg, id * rows, rows, cols, xp, act16);
+      const auto ru = dots(du, pu, id * rows, rows, cols, xp, act16);
       for (int64_t r = 0; r < rows; ++r) {
         const auto [want, tol] = ref::expect(e, rg[size_t(r)], &ru[size_t(r)], 0.0, cols / warp_size + 8);
         bad += !(std::fabs(double(yp[r]) - want) <= tol + 1e-30);
@@ -83,11 +99,16 @@ TEST_CASE_TEMPLATE("gemv experts: repeated ids, shared x, out-of-range ids guard
   check_experts<F>(ids, 5, 21, cols, 2, gemv_epilogue::swiglu, 51);
   check_experts<F>(ids, 5, 21, cols, 1, gemv_epilogue::store, 52);
   check_experts<F>({0, 4, 2, 2}, 5, 13, cols, 1, gemv_epilogue::store, 53);  // all valid: flag stays 0
+  if constexpr (ops::has_dot16<F>) {  // the integer path: the guard and shared x as above
+    check_experts<F>(ids, 5, 21, ops::dot16<F>::item_elems, 2, gemv_epilogue::swiglu, 54, true);
+    check_experts<F>(ids, 5, 21, ops::dot16<F>::item_elems, 1, gemv_epilogue::store, 55, true);
+  }
 }
 
 // Qwen3.5-35B-A3B expert shapes: gate/up 2048 -> 512, top-8 of 256 experts, one token.
 TEST_CASE("gemv experts: 35B-A3B gate/up shape, top-8 of 256" * test::needs_device()) {
-  check_experts<quant::q4_k_format>({17, 255, 0, 128, 64, 3, 200, 99}, 256, 512, 2048, 8, gemv_epilogue::swiglu, 61);
+  check_experts<quant::q4_k_format>({17, 255, 0, 128, 64, 3, 200, 99}, 256, 512, 2048, 8, gemv_epilogue::swiglu, 61,
+                                    true);
 }
 
 // A merged ffn_gate_up_exps tensor [n_experts][2 ff][cols]: expert e's gate rows then its up rows in
@@ -97,9 +118,10 @@ TEST_CASE("gemv experts: 35B-A3B gate/up shape, top-8 of 256" * test::needs_devi
 // gate half alone through the same stride.
 template <class F>
 void check_merged_gate_up(const std::vector<int32_t>& ids, int n_experts, int64_t ff, int64_t cols, int x_group_div,
-                          gemv_epilogue e, uint64_t seed) {
+                          gemv_epilogue e, uint64_t seed, bool act16 = false) {
   CAPTURE(F::name);
   CAPTURE(int(e));
+  CAPTURE(act16);
   const int n_pairs = int(ids.size());
   const int n_x = (n_pairs + x_group_div - 1) / x_group_div;
   const int64_t row_bytes = F::row_bytes(cols);
@@ -107,9 +129,12 @@ void check_merged_gate_up(const std::vector<int32_t>& ids, int n_experts, int64_
   const auto x = test::random_floats(size_t(n_x * cols), seed + 1);
   const auto h0 = test::random_floats(size_t(n_pairs * ff), seed + 2, -4.0f, 4.0f);
   const auto dw = test::reference_weights<F>(w, n_experts * 2 * ff * cols);
+  const auto pw = test::weight_parts<F>(w, n_experts * 2 * ff * cols);
   auto dev_w = test::to_device(w);
   auto dx = test::to_device(x);
   auto dids = test::to_device(ids);
+  device_buffer<uint8_t> workspace;
+  if (act16) Q35_REQUIRE_OK(workspace.allocate(launch::gemv_workspace_bytes(cols, n_x)));
   test::for_each_order([&] {
     auto dy = e == gemv_epilogue::residual ? test::to_device(h0) : test::poisoned<float>(size_t(n_pairs * ff));
     auto flag = test::to_device(std::vector<int>{0});
@@ -122,21 +147,23 @@ void check_merged_gate_up(const std::vector<int32_t>& ids, int n_experts, int64_
     a.x = dx.data(), a.y = dy.data(), a.rows = ff, a.cols = cols, a.epilogue = e;
     a.maybe_expert_ids = dids.data(), a.n_pairs = n_pairs, a.n_experts = n_experts;
     a.x_group_div = x_group_div, a.maybe_error_flag = flag.data();
+    a.maybe_workspace = workspace.data(), a.workspace_bytes = workspace.bytes();
+    if (act16) REQUIRE(launch::gemv_has_int_path(a));
     Q35_REQUIRE_OK(launch::gemv(a));
     const auto y = test::to_host(dy);
     CHECK(test::to_host(flag)[0] == 0);
     int64_t bad = 0;
     for (int p = 0; p < n_pairs; ++p) {
       const int64_t id = ids[size_t(p)];
-      const auto gate_begin = dw.begin() + 2 * ff * id * cols;
-      const std::vector<float> wg(gate_begin, gate_begin + ff * cols),
-          wu(gate_begin + ff * cols, gate_begin + 2 * ff * cols);
       const float* xp = x.data() + (p / x_group_div) * cols;
-      const auto rg = ref::matvec(wg, xp, ff, cols, 1), ru = ref::matvec(wu, xp, ff, cols, 1);
+      const auto rg = dots(dw, pw, 2 * ff * id, ff, cols, xp, act16);
+      const auto ru = dots(dw, pw, 2 * ff * id + ff, ff, cols, xp, act16);
       for (int64_t r = 0; r < ff; ++r) {
         const auto [want, tol] =
             ref::expect(e, rg[size_t(r)], &ru[size_t(r)], h0[size_t(p * ff + r)], cols / warp_size + 8);
-        bad += !(std::fabs(double(y[size_t(p * ff + r)]) - want) <= tol + 1e-30);
+        const bool ok = std::fabs(double(y[size_t(p * ff + r)]) - want) <= tol + 1e-30;
+        if (!ok && bad == 0) FAIL_CHECK("first bad: pair " << p << ", row " << r << ": got " << y[size_t(p * ff + r)]);
+        bad += !ok;
       }
     }
     CHECK(bad == 0);
@@ -152,6 +179,12 @@ TEST_CASE_TEMPLATE("gemv experts: merged gate_up tensor, expert ids >= 1, every 
   check_merged_gate_up<F>(ids, 4, 11, cols, 2, gemv_epilogue::swiglu, 71);
   check_merged_gate_up<F>(ids, 4, 11, cols, 1, gemv_epilogue::store, 72);
   check_merged_gate_up<F>(ids, 4, 11, cols, 1, gemv_epilogue::residual, 73);
+  if constexpr (ops::has_dot16<F>) {  // the integer path, at one and at three items per row
+    const int64_t item = ops::dot16<F>::item_elems;
+    check_merged_gate_up<F>(ids, 4, 11, item, 2, gemv_epilogue::swiglu, 74, true);
+    check_merged_gate_up<F>(ids, 4, 11, 3 * item, 1, gemv_epilogue::store, 75, true);
+    check_merged_gate_up<F>(ids, 4, 11, item, 1, gemv_epilogue::residual, 76, true);
+  }
 }
 
 TEST_CASE("gemv: validate names the problem") {

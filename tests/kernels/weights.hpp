@@ -2,6 +2,7 @@
 // scales, so every bit pattern of the quants and packed sub-block scales occurs.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -66,6 +67,26 @@ std::vector<uint8_t> random_weights(int64_t rows, int64_t cols, uint64_t seed) {
 template <class Format>
 std::vector<float> reference_weights(const std::vector<uint8_t>& bytes, int64_t n_elems) {
   return ref::dequantize(uint32_t(Format::id), bytes.data(), n_elems);
+}
+
+// Per element, the magnitude P of the terms the GEMV's integer path keeps apart (see
+// ref::fp32_dot_bound): |d_sub q| + |m_sub| for Q4_K/Q5_K (the tensor dequantized once with dmin
+// zeroed and once with d zeroed), |w| for the other formats.
+template <class Format>
+std::vector<float> weight_parts(const std::vector<uint8_t>& bytes, int64_t n_elems) {
+  std::vector<float> p = reference_weights<Format>(bytes, n_elems);
+  if constexpr (Format::id == quant::type_id::q4_k || Format::id == quant::type_id::q5_k) {
+    std::vector<uint8_t> scaled = bytes, mins = bytes;
+    for (size_t b = 0; b < bytes.size(); b += size_t(Format::block_bytes)) {
+      scaled[b + 2] = scaled[b + 3] = 0;  // dmin = 0: d_sub q
+      mins[b] = mins[b + 1] = 0;          // d = 0: -m_sub
+    }
+    const auto a = reference_weights<Format>(scaled, n_elems), m = reference_weights<Format>(mins, n_elems);
+    for (size_t i = 0; i < p.size(); ++i) p[i] = std::fabs(a[i]) + std::fabs(m[i]);
+  } else {
+    for (auto& v : p) v = std::fabs(v);
+  }
+  return p;
 }
 
 }  // namespace q35::test

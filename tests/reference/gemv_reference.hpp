@@ -13,6 +13,10 @@ namespace q35::ref {
 struct dot_result {
   double value;
   double abs_sum;
+  // Integer path only (matvec_act16): sum_c P[c] (|x[c]| + delta[c]) and sum_c |w[c]| delta[c].
+  bool act16 = false;
+  double parts_abs_sum = 0;
+  double act_err = 0;
 };
 
 // y[t][r] = sum_c w[r][c] * x[t][c] over float64; w [rows][cols] (already dequantized), x [n][cols].
@@ -36,8 +40,54 @@ inline std::vector<dot_result> matvec(const std::vector<float>& w, const float* 
 // Worst-case error of an fp32 dot product whose terms are summed in chains of at most `depth`
 // additions (each lane's running sum, then the warp tree): |err| <= (depth + 1) * u * sum|w x|
 // (Higham, recursive summation with a rounded product per term), u = 2^-24.
+//
+// The GEMV's integer path (16-bit activations x^ = scale_g q, sums exact in int32, then fp32) adds
+// the activation rounding and the rounding of the weights the reference applies but the kernel does
+// not (ggml rounds d * q - m once per element; the kernel keeps d * sum q x^ and m * sum x^ apart):
+//   |y - sum w x| <= sum |w| delta  +  (depth + 7) u sum P (|x| + delta)
+// with delta_g = max_g |x| (0.5 + 2^-9)(1 + 2^-23) / 32767 >= |x - x^| (see quant/act16.hpp), P the
+// magnitude of the two terms the kernel keeps apart (|d_sub q| + |m_sub|; |w| for formats without
+// mins), <= 6 roundings per group (int -> float, the scale products, the difference, the group
+// scale) and `depth` additions of the lane's chain and the shuffle tree.
 inline double fp32_dot_bound(const dot_result& r, int64_t depth) {
+  if (r.act16) return double(depth + 7) * std::ldexp(1.0, -24) * r.parts_abs_sum + r.act_err;
   return double(depth + 1) * std::ldexp(1.0, -24) * r.abs_sum;
+}
+
+// delta for every element of [n / 32] groups of 32 (see fp32_dot_bound).
+inline std::vector<double> act16_deltas(const float* x, int64_t n) {
+  std::vector<double> d(static_cast<size_t>(n));
+  for (int64_t g = 0; g < n; g += 32) {
+    double amax = 0;
+    for (int64_t i = g; i < g + 32; ++i) amax = std::fmax(amax, std::fabs(double(x[i])));
+    const double delta = amax * (0.5 + std::ldexp(1.0, -9)) * (1 + std::ldexp(1.0, -23)) / 32767.0;
+    for (int64_t i = g; i < g + 32; ++i) d[size_t(i)] = delta;
+  }
+  return d;
+}
+
+// As matvec, for the integer path: also the terms of its error bound. parts [rows][cols] = P.
+inline std::vector<dot_result> matvec_act16(const std::vector<float>& w, const std::vector<float>& parts,
+                                            const float* x, int64_t rows, int64_t cols, int n) {
+  std::vector<dot_result> y(size_t(rows * n));
+  for (int t = 0; t < n; ++t) {
+    const float* xt = x + t * cols;
+    const std::vector<double> delta = act16_deltas(xt, cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      double s = 0, a = 0, pa = 0, e = 0;
+      const float* wr = w.data() + r * cols;
+      const float* pr = parts.data() + r * cols;
+      for (int64_t c = 0; c < cols; ++c) {
+        const double p = double(wr[c]) * double(xt[c]);
+        s += p;
+        a += std::fabs(p);
+        pa += std::fabs(double(pr[c])) * (std::fabs(double(xt[c])) + delta[size_t(c)]);
+        e += std::fabs(double(wr[c])) * delta[size_t(c)];
+      }
+      y[size_t(t * rows + r)] = {s, a, true, pa, e};
+    }
+  }
+  return y;
 }
 
 // silu(a) = a / (1 + e^-a) in float64.

@@ -1,55 +1,70 @@
 // gemv_kernel: y = W x for 1-8 tokens (decode), W in any supported GGUF format, fp32 accumulation,
 // with the epilogues the decoder needs (store, residual add, SwiGLU of gate and up) and an
-// expert-indexed mode (MoE: each pair reads the expert matrix its id names).
+// expert-indexed mode (MoE: each pair reads the expert matrix its id names). The one weight-streaming
+// engine of every decode product.
 //
-// Thread mapping: a block owns `rows_per_block` rows (two per warp with the default policy) of one
-// group (the plain case has one group; expert mode one group per (token, slot) pair, grid.y). It
-// streams the rows' bytes segment by segment into shared memory (ops::stage_rows, 128-bit loads),
-// then lane l of a warp dequantizes units l, l+32, ... of its rows and dots them with every token's
-// x; a warp reduction finishes each row.
+// Thread mapping: a row is split into work items (integer path: ops::dot16<Format>::item_bytes of
+// whole blocks, e.g. one Q4_K block; float path: one 16-element unit). A group of `lanes` = 2^k
+// consecutive lanes of a warp owns one row (lanes = the largest power of two <= 32 that divides the
+// row's item count, so every lane gets the same number of items); lane l of the group takes items
+// l, l + lanes, ... straight from global memory into registers (each integer item is >= 9
+// independent 16-byte loads issued before any is used), and an xor-shuffle tree over the group
+// finishes the row. No shared memory and no block barrier. grid.y is the group (expert mode: one
+// (token, slot) pair per group).
+//
+// Integer path (Act16): activations arrive as 16-bit integers with one fp32 scale per 32 elements
+// (quant/act16.hpp, filled by act16_quantize_kernel), products are summed exactly by dp2a and
+// scaled in fp32. Float path: fp32 activations and the bit-exact float dequantization
+// (ops::dot_unit), for the plain float formats and for shapes the integer items do not tile.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
+#include "q35/arch/shuffle.hpp"
 #include "q35/arch/thread.hpp"
+#include "q35/arch/vector_load.hpp"
 #include "q35/core/dim3.hpp"
 #include "q35/ops/epilogue.hpp"
 #include "q35/ops/gemv_dot.hpp"
+#include "q35/ops/gemv_dot16.hpp"
 #include "q35/ops/gemv_policy.hpp"
-#include "q35/ops/stage_rows.hpp"
+#include "q35/quant/act16.hpp"
 #include "q35/quant/formats.hpp"
-#include "q35/warp/reduce.hpp"
 
 namespace q35::kernels {
 
 using gemv_epilogue = ops::epilogue;
 
-template <quant::weight_format Format, class Policy, int NTokens, gemv_epilogue Epilogue, bool Indexed>
+template <quant::weight_format Format, class Policy, int NTokens, gemv_epilogue Epilogue, bool Indexed, bool Act16>
 struct gemv_kernel {
   using block = typename Format::block;
   static constexpr int n_mats = ops::epilogue_mats<Epilogue>;
   static constexpr int threads = Policy::threads;
   static constexpr int n_warps = threads / warp_size;
-  static constexpr int rows_per_block = Policy::rows_per_block;
-  static constexpr int rows_per_warp = rows_per_block / n_warps;
-  static constexpr int seg_blocks = ops::segment_blocks<Format, Policy>;
-  static constexpr int seg_bytes = seg_blocks * Format::block_bytes;
-  static constexpr int slot_bytes = int(ops::staged_row_bytes(seg_bytes));
-  static_assert(threads % warp_size == 0 && rows_per_block % n_warps == 0 && rows_per_block <= threads &&
-                    rows_per_block <= 64,
-                "whole rows per warp; at most 64 rows per block (32-bit row offsets, see validate)");
+  static_assert(threads % warp_size == 0, "whole warps");
   static_assert(NTokens >= 1 && NTokens <= 8 && (!Indexed || NTokens == 1), "expert mode: one token per pair");
-  static_assert(Policy::vector_bytes == 16, "weights stream through 16-byte loads");
+  static_assert(!Act16 || ops::has_dot16<Format>, "the integer path needs ops::dot16<Format>");
+
+  // Elements of one work item.
+  static constexpr int item_elems = [] {
+    if constexpr (Act16) {
+      return ops::dot16<Format>::item_elems;
+    } else {
+      return quant::unit_elems;
+    }
+  }();
 
   struct params {
     const block* w;           // expert e's rows start expert_stride_bytes * e after w (n_experts = 1 unless Indexed)
     const block* maybe_w_up;  // the up matrix of swiglu (w is the gate; same shape and expert stride), else null
-    const float* x;           // [n_x_rows][cols] row-major, 16-byte aligned
+    const float* x;           // float path: [n_x_rows][cols] row-major, 16-byte aligned
+    quant::act16_view x16;    // integer path: the same rows quantized (quant/act16.hpp layout)
     float* y;                 // [n_groups * NTokens][rows] row-major (plain: [n_tokens][rows])
     int64_t rows, cols;
-    int n_tokens;  // plain: tokens sharing the weight pass, 1..NTokens
-    int n_groups;  // plain: 1; expert mode: pairs (token, slot)
+    int n_tokens;    // plain: tokens sharing the weight pass, 1..NTokens
+    int n_groups;    // plain: 1; expert mode: pairs (token, slot)
+    int log2_lanes;  // lanes per row = 2^log2_lanes (<= 5), dividing cols / item_elems
     // Expert mode only:
     const int32_t* maybe_expert_ids;  // [n_groups], device-resident; out-of-range ids set *maybe_error_flag
     int32_t n_experts;
@@ -58,95 +73,120 @@ struct gemv_kernel {
     int* maybe_error_flag;        // set to 1 by a block whose expert id is out of range
   };
   struct shared_storage {};
-  static size_t dynamic_shared_bytes(const params&) { return size_t(n_mats * rows_per_block * slot_bytes); }
+
+  // Lanes per row for a row of `cols` elements: the largest power of two <= 32 dividing its items.
+  static int log2_lanes_for(int64_t cols) {
+    const int64_t items = cols / item_elems;
+    int k = 0;
+    while (k < 5 && items % (int64_t(2) << k) == 0) ++k;
+    return k;
+  }
+  static int64_t rows_per_block(const params& p) { return int64_t(n_warps) * (warp_size >> p.log2_lanes); }
   static dim3 grid(const params& p) {
-    return dim3(unsigned(ceil_div<int64_t>(p.rows, rows_per_block)), unsigned(p.n_groups));
+    return dim3(unsigned(ceil_div<int64_t>(p.rows, rows_per_block(p))), unsigned(p.n_groups));
   }
 
-  Q35_DEVICE void operator()(const params& p, shared_storage& s) const {
+  Q35_DEVICE void operator()(const params& p, shared_storage&) const {
     const int g = int(arch::block_idx().y);
-    const int64_t row0 = int64_t(arch::block_idx().x) * rows_per_block;
-    const int rows_here = p.rows - row0 < rows_per_block ? int(p.rows - row0) : rows_per_block;
-    const int row_bytes = int(p.cols / Format::block_elems) * Format::block_bytes;  // < 2^31 (validated)
-    const float* x = p.x;
+    const int lane = arch::lane_id();
+    const int lanes = 1 << p.log2_lanes;
+    const int sub = lane & (lanes - 1);  // this lane's place in its row's group
+    const int64_t row = (int64_t(arch::block_idx().x) * n_warps + arch::warp_id()) * (warp_size >> p.log2_lanes) +
+                        (lane >> p.log2_lanes);
     float* y = p.y + int64_t(g) * NTokens * p.rows;
-    int64_t expert = 0;
+    int64_t expert = 0, x_row = 0;
     if constexpr (Indexed) {
       expert = p.maybe_expert_ids[g];
-      x += int64_t(unsigned(g) / unsigned(p.x_group_div)) * p.cols;  // unsigned: no sign word kept live
+      x_row = int64_t(unsigned(g) / unsigned(p.x_group_div));
       if (expert < 0 || expert >= p.n_experts) {  // device-side guard: flag it, poison this pair's rows
         if (arch::thread_rank() == 0 && p.maybe_error_flag) *p.maybe_error_flag = 1;
-        if (arch::thread_rank() < rows_here) y[row0 + arch::thread_rank()] = NAN;  // rows_per_block <= threads
-        return;
+        if (sub == 0 && row < p.rows) y[row] = NAN;
+        return;  // the whole block leaves: no collective follows
       }
     }
     const int n_tok = Indexed ? 1 : p.n_tokens;
-    // Row r of matrix m of this tile starts at w_tile + m * up_offset + r * row_bytes (bytes): few
-    // 64-bit values stay live through the loop, so no instance spills.
-    const uint8_t* w_tile = reinterpret_cast<const uint8_t*>(p.w) + expert * p.expert_stride_bytes + row0 * row_bytes;
+    const int64_t row_bytes = Format::row_bytes(p.cols);
+    // Row `row` of matrix m starts at w_row + m * up_offset (bytes).
+    const uint8_t* w_row = reinterpret_cast<const uint8_t*>(p.w) + expert * p.expert_stride_bytes + row * row_bytes;
     const int64_t up_offset =
         n_mats == 2 ? reinterpret_cast<const uint8_t*>(p.maybe_w_up) - reinterpret_cast<const uint8_t*>(p.w) : 0;
-    uint8_t* smem = arch::shared_tail<uint8_t>(s);
-    const int warp = arch::warp_id();
-    const uint8_t* warp_slots = smem + warp * rows_per_warp * slot_bytes;
+    const int n_items = int(p.cols / item_elems);
 
-    float acc[n_mats][rows_per_warp][NTokens] = {};
-    for (int seg = 0; seg < row_bytes; seg += seg_bytes) {
-      const int n_bytes = row_bytes - seg < seg_bytes ? row_bytes - seg : seg_bytes;
-      // smem slot (m, r) <- bytes [seg, seg + n_bytes) of row row0 + r of matrix m
-      ops::stage_rows(
-          smem, slot_bytes,
-          [&](int i) -> const uint8_t* {
-            const int m = i / rows_per_block, r = i % rows_per_block;
-            return r < rows_here ? w_tile + m * up_offset + r * row_bytes + seg : nullptr;
-          },
-          int(n_mats * rows_per_block), n_bytes, arch::thread_rank(), threads);
-      arch::sync_block();
-      const float* x_seg = x + seg / Format::block_bytes * Format::block_elems;
-      const int n_units = n_bytes / Format::block_bytes * Format::block_elems / quant::unit_elems;
-      // One pass over the segment's units per (matrix, row): x is re-read from L1 in each pass
-      // rather than held in registers across them, which keeps every instance free of spills. The
-      // trip count is warp-uniform (divergent only in the last step), so the loop stays structured.
+    float acc[n_mats][NTokens] = {};
+    if (row < p.rows) {
+      if constexpr (Act16) {
+        using dot = ops::dot16<Format>;
+        constexpr int item_groups = item_elems / quant::act16_group_elems;
+        const ops::act16_in in{p.x16.q + x_row * p.cols, p.x16.groups + x_row * (p.cols / quant::act16_group_elems),
+                               p.cols};
+        for (int it = sub; it < n_items; it += lanes) {
+          Q35_UNROLL
+          for (int m = 0; m < n_mats; ++m)
+            dot::template dot<NTokens>(w_row + m * up_offset + int64_t(it) * dot::item_bytes, in,
+                                       int64_t(it) * item_groups, n_tok, acc[m]);
+        }
+      } else {
+        const float* x = p.x + x_row * p.cols;
+        for (int it = sub; it < n_items; it += lanes) {
+          Q35_UNROLL
+          for (int m = 0; m < n_mats; ++m)
+            ops::dot_unit<Format, NTokens>(reinterpret_cast<const block*>(w_row + m * up_offset), it,
+                                           x + int64_t(it) * quant::unit_elems, p.cols, n_tok, acc[m]);
+        }
+      }
+    }
+    // The group's partial sums, combined by an xor tree inside the group (offsets < lanes).
+    for (int o = lanes >> 1; o > 0; o >>= 1) {
       Q35_UNROLL
       for (int m = 0; m < n_mats; ++m) {
         Q35_UNROLL
-        for (int rw = 0; rw < rows_per_warp; ++rw) {
-          if (warp * rows_per_warp + rw >= rows_here) continue;
-          // this warp's first slot plus a compile-time offset (folds into the shared loads)
-          const uint8_t* slot = warp_slots + (m * rows_per_block + rw) * slot_bytes;
-          const auto* blocks = reinterpret_cast<const block*>(
-              slot + ops::stage_phase(w_tile + m * up_offset + (warp * rows_per_warp + rw) * row_bytes + seg));
-          for (int u0 = 0; u0 < n_units; u0 += warp_size) {
-            const int u = u0 + arch::lane_id();
-            if (u < n_units)
-              ops::dot_unit<Format, NTokens>(blocks, u, x_seg + u * quant::unit_elems, p.cols, n_tok, acc[m][rw]);
-          }
-        }
+        for (int t = 0; t < NTokens; ++t) acc[m][t] += arch::shfl_xor(acc[m][t], o);
       }
-      arch::sync_block();  // the next segment overwrites the slots
     }
+    if (sub == 0 && row < p.rows) {
+      Q35_UNROLL
+      for (int t = 0; t < NTokens; ++t)
+        if (t < n_tok) ops::apply_epilogue<Epilogue>(y + int64_t(t) * p.rows + row, acc[0][t], acc[n_mats - 1][t]);
+    }
+  }
+};
 
-    // Lane t keeps the finished dots of token t and writes them: after the reductions only
-    // rows_per_warp x n_mats values stay live through the epilogue.
-    const int lane = arch::lane_id();
-    float mine[rows_per_warp][2] = {};
+// Quantizes rows of fp32 activations into 16-bit integers with one scale per 32 elements
+// (quant::quantize_group). Thread i quantizes group i of the flattened [n_rows][cols / 32] groups.
+template <int Threads = 128>
+struct act16_quantize_kernel {
+  static constexpr int threads = Threads;
+  struct params {
+    const float* x;  // [n_rows][cols], 16-byte aligned
+    int64_t n_rows, cols;
+    int16_t* q;                  // [n_rows][cols], 16-byte aligned
+    quant::act16_group* groups;  // [n_rows][cols / 32], 16-byte aligned
+  };
+  struct shared_storage {};
+  static dim3 grid(const params& p) {
+    return dim3(unsigned(ceil_div<int64_t>(p.n_rows * (p.cols / quant::act16_group_elems), threads)));
+  }
+
+  Q35_DEVICE void operator()(const params& p, shared_storage&) const {
+    const int64_t gi = int64_t(arch::block_idx().x) * threads + arch::thread_rank();
+    if (gi >= p.n_rows * (p.cols / quant::act16_group_elems)) return;
+    constexpr int n = quant::act16_group_elems;
+    float x[n];
     Q35_UNROLL
-    for (int rw = 0; rw < rows_per_warp; ++rw) {
+    for (int k = 0; k < n / 4; ++k) {
+      const vec16<float> v = arch::load_16(p.x + gi * n + 4 * k);  // rows are whole groups: flat index
       Q35_UNROLL
-      for (int t = 0; t < NTokens; ++t) {
-        const float a = warp::reduce_sum(acc[0][rw][t]);
-        const float b = n_mats == 2 ? warp::reduce_sum(acc[n_mats - 1][rw][t]) : 0.0f;
-        if (lane == t) mine[rw][0] = a, mine[rw][1] = b;
-      }
+      for (int i = 0; i < 4; ++i) x[4 * k + i] = v[i];
     }
-    if (lane < n_tok) {
-      Q35_UNROLL
-      for (int rw = 0; rw < rows_per_warp; ++rw) {
-        const int r = warp * rows_per_warp + rw;
-        if (r < rows_here)
-          ops::apply_epilogue<Epilogue>(y + int64_t(lane) * p.rows + row0 + r, mine[rw][0], mine[rw][1]);
-      }
-    }
+    uint32_t q[n / 2];
+    quant::act16_group g;
+    quant::quantize_group(x, q, g);
+    auto* out = reinterpret_cast<uint32_t*>(p.q + gi * n);
+    Q35_UNROLL
+    for (int k = 0; k < n / 8; ++k)
+      arch::store_16(out + 4 * k, vec16<uint32_t>{{q[4 * k], q[4 * k + 1], q[4 * k + 2], q[4 * k + 3]}});
+    arch::store_16(reinterpret_cast<uint32_t*>(p.groups + gi),
+                   vec16<uint32_t>{{float_bits(g.scale), float_bits(g.sum), uint32_t(g.sum_lo), uint32_t(g.sum_hi)}});
   }
 };
 

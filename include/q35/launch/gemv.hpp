@@ -1,6 +1,9 @@
 // Host API of the GEMV family: validate(args) -> status naming the problem, and
-// launch::gemv<Format>(args, stream) choosing the kernel instance for the epilogue, token count and
-// mode (plain or expert-indexed).
+// launch::gemv<Format>(args, stream) choosing the kernel instance for the epilogue, token count,
+// mode (plain or expert-indexed) and path: the integer path (16-bit activations, dp2a) when the
+// format has one, the row tiles into its work items and the activations are quantized (given by
+// their producer, or quantized here into the caller's workspace: one extra small launch); else the
+// float path (fp32 activations), which serves every format and shape.
 //
 // Expert ids are device-resident (the router writes them on the GPU, and reading them back would
 // stall the decode step), so they cannot be checked before launch: a block whose id is out of
@@ -18,7 +21,9 @@
 #include "q35/core/status.hpp"
 #include "q35/kernels/gemv.hpp"
 #include "q35/launch/launch.hpp"
+#include "q35/ops/gemv_dot16.hpp"
 #include "q35/ops/gemv_policy.hpp"
+#include "q35/quant/act16.hpp"
 
 namespace q35::launch {
 
@@ -43,7 +48,34 @@ struct gemv_args {
   int64_t expert_stride_bytes = 0;
   int x_group_div = 1;
   int* maybe_error_flag = nullptr;  // device int, set to 1 on an out-of-range expert id
+  // Integer path: device scratch of at least gemv_workspace_bytes(cols, x rows) bytes (16-byte
+  // aligned) into which x is quantized before the product; null: the float path.
+  void* maybe_workspace = nullptr;
+  size_t workspace_bytes = 0;
+  // Or x's rows already quantized by their producer (quant/act16.hpp layout); x may then be null,
+  // and the format and shape must have the integer path (gemv_has_int_path).
+  quant::act16_view maybe_x16;
 };
+
+// Device scratch for quantizing `n_x_rows` activation rows of `cols` elements (plain mode: n_tokens;
+// expert mode: ceil(n_pairs / x_group_div)).
+inline size_t gemv_workspace_bytes(int64_t cols, int64_t n_x_rows) {
+  return cols % quant::act16_group_elems == 0 ? quant::act16_bytes(cols, n_x_rows) : 0;
+}
+
+// Whether W of this format and shape has the integer path: a dot16 item that tiles the row, and
+// 16-byte aligned matrices (and expert stride), so every item is whole aligned 16-byte loads.
+template <quant::weight_format Format>
+bool gemv_has_int_path(const gemv_args<Format>& a) {
+  if constexpr (ops::has_dot16<Format>) {
+    const auto bits = reinterpret_cast<uintptr_t>(a.w) | reinterpret_cast<uintptr_t>(a.maybe_w_up) |
+                      uintptr_t(a.maybe_expert_ids ? a.expert_stride_bytes : 0);
+    return a.cols % ops::dot16<Format>::item_elems == 0 && bits % 16 == 0;
+  } else {
+    (void)a;
+    return false;
+  }
+}
 
 // Largest token count one plain GEMV pass serves.
 inline constexpr int gemv_max_tokens = 8;
@@ -61,10 +93,24 @@ status validate(const gemv_args<Format>& a) {
   // the kernel offsets a block's rows with 32-bit ints: rows_per_block (<= 64) rows must fit 2^31 bytes
   if (Format::row_bytes(a.cols) > INT32_MAX / 64)
     return bad("a row of " + std::to_string(a.cols) + " columns is over 2^31 / 64 bytes");
-  if (!a.w || !a.x || !a.y) return bad("null w, x or y");
+  if (!a.w || (!a.x && a.maybe_x16.empty()) || !a.y) return bad("null w, x or y");
   if ((a.epilogue == gemv_epilogue::swiglu) != (a.maybe_w_up != nullptr))
     return bad(a.maybe_w_up ? "maybe_w_up is given but the epilogue is not swiglu" : "swiglu needs maybe_w_up");
   if (reinterpret_cast<uintptr_t>(a.x) % 16 != 0) return bad("x is not 16-byte aligned");
+  const int64_t n_x_rows = a.maybe_expert_ids ? (int64_t(a.n_pairs) + (a.x_group_div > 0 ? a.x_group_div : 1) - 1) /
+                                                    (a.x_group_div > 0 ? a.x_group_div : 1)
+                                              : a.n_tokens;
+  if (!a.maybe_x16.empty()) {
+    if (!gemv_has_int_path(a))
+      return bad("maybe_x16 is given but this format and shape have no integer path (see gemv_has_int_path)");
+    if ((reinterpret_cast<uintptr_t>(a.maybe_x16.q) | reinterpret_cast<uintptr_t>(a.maybe_x16.groups)) % 16 != 0)
+      return bad("maybe_x16 is not 16-byte aligned");
+  } else if (a.maybe_workspace && gemv_has_int_path(a)) {
+    if (reinterpret_cast<uintptr_t>(a.maybe_workspace) % 16 != 0) return bad("maybe_workspace is not 16-byte aligned");
+    if (a.workspace_bytes < gemv_workspace_bytes(a.cols, n_x_rows))
+      return bad("workspace_bytes = " + std::to_string(a.workspace_bytes) +
+                 " is below gemv_workspace_bytes = " + std::to_string(gemv_workspace_bytes(a.cols, n_x_rows)));
+  }
   if (reinterpret_cast<uintptr_t>(a.w) % alignof(typename Format::block) != 0 ||
       reinterpret_cast<uintptr_t>(a.maybe_w_up) % alignof(typename Format::block) != 0)
     return bad("weights are not aligned to their block struct");
@@ -86,19 +132,49 @@ status validate(const gemv_args<Format>& a) {
   return status::success();
 }
 
+// The quantized activations of n_rows rows of `cols` inside a buffer laid out by quant::act16_bytes.
+inline quant::act16_view act16_layout(const void* buffer, int64_t cols, int64_t n_rows) {
+  const auto* b = static_cast<const uint8_t*>(buffer);
+  return {reinterpret_cast<const int16_t*>(b),
+          reinterpret_cast<const quant::act16_group*>(b + quant::act16_groups_offset(cols, n_rows))};
+}
+
+// Quantizes n_rows rows of fp32 activations x [n_rows][cols] (cols a multiple of 32, 16-byte
+// aligned) into `out` (quant::act16_bytes(cols, n_rows) bytes, 16-byte aligned). Asynchronous.
+inline status quantize_act16(const float* x, int64_t n_rows, int64_t cols, void* out, size_t out_bytes,
+                             stream_t stream = nullptr) {
+  auto bad = [](const std::string& m) { return error(status_code::invalid_argument, "quantize_act16: " + m); };
+  if (n_rows < 0 || cols <= 0 || cols % quant::act16_group_elems != 0)
+    return bad("n_rows = " + std::to_string(n_rows) + ", cols = " + std::to_string(cols) +
+               ": need n_rows >= 0 and cols a positive multiple of 32");
+  if (!x || !out) return bad("null x or out");
+  if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(out)) % 16 != 0)
+    return bad("x or out is not 16-byte aligned");
+  if (out_bytes < quant::act16_bytes(cols, n_rows))
+    return bad("out_bytes = " + std::to_string(out_bytes) +
+               " is below act16_bytes = " + std::to_string(quant::act16_bytes(cols, n_rows)));
+  using kernel = kernels::act16_quantize_kernel<>;
+  auto* b = static_cast<uint8_t*>(out);
+  const kernel::params p{x, n_rows, cols, reinterpret_cast<int16_t*>(b),
+                         reinterpret_cast<quant::act16_group*>(b + quant::act16_groups_offset(cols, n_rows))};
+  return launch<kernel>(p, stream);
+}
+
 namespace detail {
 
-template <quant::weight_format Format, class Policy, int NTokens, gemv_epilogue Epilogue, bool Indexed>
-status run_gemv(const gemv_args<Format>& a, stream_t stream) {
-  using kernel = kernels::gemv_kernel<Format, Policy, NTokens, Epilogue, Indexed>;
+template <quant::weight_format Format, class Policy, int NTokens, gemv_epilogue Epilogue, bool Indexed, bool Act16>
+status run_gemv(const gemv_args<Format>& a, const quant::act16_view& x16, stream_t stream) {
+  using kernel = kernels::gemv_kernel<Format, Policy, NTokens, Epilogue, Indexed, Act16>;
   const typename kernel::params p{a.w,
                                   a.maybe_w_up,
                                   a.x,
+                                  x16,
                                   a.y,
                                   a.rows,
                                   a.cols,
                                   Indexed ? 1 : a.n_tokens,
                                   Indexed ? a.n_pairs : 1,
+                                  kernel::log2_lanes_for(a.cols),
                                   a.maybe_expert_ids,
                                   a.n_experts,
                                   a.expert_stride_bytes ? a.expert_stride_bytes : a.rows * Format::row_bytes(a.cols),
@@ -126,14 +202,29 @@ template <quant::weight_format Format, class Policy = ops::gemv_policy<Format>>
 status gemv(const gemv_args<Format>& a, stream_t stream = nullptr) {
   Q35_TRY(validate(a));
   if (a.rows == 0) return status::success();
-  return dispatch<0, 1, 2>(int(a.epilogue), [&](auto e) -> status {
-    constexpr gemv_epilogue epilogue = gemv_epilogue(decltype(e)::value);
-    if (a.maybe_expert_ids) return detail::run_gemv<Format, Policy, 1, epilogue, true>(a, stream);
-    // Token counts run in the smallest instance that holds them: 1, 2, 4 or 8 accumulators per row.
-    const int bucket = a.n_tokens <= 1 ? 1 : a.n_tokens <= 2 ? 2 : a.n_tokens <= 4 ? 4 : 8;
-    return dispatch<1, 2, 4, 8>(bucket, [&](auto n) -> status {
-      return detail::run_gemv<Format, Policy, decltype(n)::value, epilogue, false>(a, stream);
-    });
+  // The integer path when the activations are (or can be) quantized and the shape tiles.
+  quant::act16_view x16 = a.maybe_x16;
+  if (x16.empty() && a.maybe_workspace && gemv_has_int_path(a)) {
+    const int64_t n_x_rows =
+        a.maybe_expert_ids ? (int64_t(a.n_pairs) + a.x_group_div - 1) / a.x_group_div : int64_t(a.n_tokens);
+    Q35_TRY(quantize_act16(a.x, n_x_rows, a.cols, a.maybe_workspace, a.workspace_bytes, stream));
+    x16 = act16_layout(a.maybe_workspace, a.cols, n_x_rows);
+  }
+  return dispatch<0, 1>(int(!x16.empty()), [&](auto path) -> status {
+    constexpr bool act16 = decltype(path)::value == 1;
+    if constexpr (act16 && !ops::has_dot16<Format>) {
+      return status::success();  // unreachable: x16 is empty for formats without an integer path
+    } else {
+      return dispatch<0, 1, 2>(int(a.epilogue), [&](auto e) -> status {
+        constexpr gemv_epilogue epilogue = gemv_epilogue(decltype(e)::value);
+        if (a.maybe_expert_ids) return detail::run_gemv<Format, Policy, 1, epilogue, true, act16>(a, x16, stream);
+        // Token counts run in the smallest instance that holds them: 1, 2, 4 or 8 accumulators per row.
+        const int bucket = a.n_tokens <= 1 ? 1 : a.n_tokens <= 2 ? 2 : a.n_tokens <= 4 ? 4 : 8;
+        return dispatch<1, 2, 4, 8>(bucket, [&](auto n) -> status {
+          return detail::run_gemv<Format, Policy, decltype(n)::value, epilogue, false, act16>(a, x16, stream);
+        });
+      });
+    }
   });
 }
 

@@ -29,11 +29,11 @@ struct matmul_args {
 };
 
 // Device scratch one matmul of n_tokens rows of `cols` inputs needs (callers size their workspace
-// with it once, for their largest call).
+// with it once, for their largest call): the 16-bit activations of the GEMV's integer path (up to
+// gemv_max_tokens rows; prompts go through the GEMM, which needs none). With a null workspace the
+// GEMV takes its float path (correct, slower).
 inline size_t matmul_workspace_bytes(int64_t cols, int64_t n_tokens) {
-  (void)cols;
-  (void)n_tokens;
-  return 0;
+  return gemv_workspace_bytes(cols, n_tokens < gemv_max_tokens ? n_tokens : gemv_max_tokens);
 }
 
 namespace detail {
@@ -63,6 +63,7 @@ inline status matmul(const matmul_args& a, stream_t stream = nullptr) {
       gemv_args<F> g;
       g.w = w, g.maybe_w_up = up, g.x = a.x, g.y = a.y, g.rows = a.w.rows, g.cols = a.w.cols;
       g.n_tokens = int(a.n_tokens), g.epilogue = a.epilogue;
+      g.maybe_workspace = a.maybe_workspace, g.workspace_bytes = a.workspace_bytes;
       return gemv<F>(g, stream);
     }
     gemm_args<F> g;
@@ -82,7 +83,7 @@ struct matmul_experts_args {
   float* y = nullptr;  // [n_pairs][rows]
   ops::epilogue epilogue = ops::epilogue::store;
   int* error_flag = nullptr;        // device int, set to 1 when an id is outside [0, n_experts)
-  void* maybe_workspace = nullptr;  // as matmul_args: matmul_workspace_bytes(w.cols, n_pairs / x_group_div)
+  void* maybe_workspace = nullptr;  // as matmul_args: matmul_workspace_bytes(w.cols, ceil(n_pairs / x_group_div))
   size_t workspace_bytes = 0;
 };
 
@@ -105,6 +106,7 @@ inline status matmul_experts(const matmul_experts_args& a, stream_t stream = nul
     g.x = a.x, g.y = a.y, g.rows = a.w.rows, g.cols = a.w.cols, g.epilogue = a.epilogue;
     g.maybe_expert_ids = a.expert_ids, g.n_pairs = a.n_pairs, g.n_experts = int32_t(a.w.n_mats);
     g.expert_stride_bytes = a.w.stride_bytes(), g.x_group_div = a.x_group_div, g.maybe_error_flag = a.error_flag;
+    g.maybe_workspace = a.maybe_workspace, g.workspace_bytes = a.workspace_bytes;
     return gemv<F>(g, stream);
   });
 }

@@ -1,0 +1,269 @@
+// ops::dot16<Format>: one lane's work item of the GEMV engine's integer path: a run of whole blocks
+// of one weight row (item_bytes, a multiple of 16 bytes, loaded as item_bytes / 16 independent
+// 16-byte loads) dotted with up to NTokens rows of 16-bit activations (quant/act16.hpp).
+//
+// Per 32-element activation group (16 for Q6_K's scales) the products are summed exactly in int32
+// by dp2a, then scaled in fp32:  acc += scale_g * (d_sub * S_qx - m_sub * S_q)  (K-quant min), or
+// acc += scale_g * d * (S_qx - zero * S_q)  (zero point folded into the integer sum).
+// Formats without a specialisation (f32, f16, bf16) take the engine's float path.
+#pragma once
+
+#include <cstdint>
+
+#include "q35/arch/dp2a.hpp"
+#include "q35/arch/half_bits.hpp"
+#include "q35/arch/rounded_math.hpp"
+#include "q35/arch/vector_load.hpp"
+#include "q35/core/config.hpp"
+#include "q35/core/numeric.hpp"
+#include "q35/core/vec.hpp"
+#include "q35/quant/act16.hpp"
+#include "q35/quant/dot16.hpp"
+#include "q35/quant/formats.hpp"
+
+namespace q35::ops {
+
+// The quantized activations one pass reads: token t's elements at q + t * cols, groups at
+// groups + t * cols / 32 (expert mode: the pair's activation row).
+struct act16_in {
+  const int16_t* q;
+  const quant::act16_group* groups;
+  int64_t cols;
+};
+
+namespace detail {
+
+// N 16-byte words at p (16-byte aligned) into 4N registers; every load is issued before any use.
+template <int N>
+Q35_DEVICE void load_words(const uint8_t* p, uint32_t (&w)[4 * N]) {
+  Q35_UNROLL
+  for (int k = 0; k < N; ++k) {
+    const vec16<uint32_t> v = arch::load_16(reinterpret_cast<const uint32_t*>(p) + 4 * k);
+    Q35_UNROLL
+    for (int i = 0; i < 4; ++i) w[4 * k + i] = v[i];
+  }
+}
+
+// Activation group gi (elements 32 gi .. 32 gi + 31) of token t: 16 words and the group record.
+Q35_DEVICE void load_group(const act16_in& in, int t, int64_t gi, uint32_t (&x)[16], quant::act16_group& g) {
+  const int64_t row_groups = in.cols / quant::act16_group_elems;
+  const auto* q = reinterpret_cast<const uint32_t*>(in.q + t * in.cols) + gi * 16;
+  Q35_UNROLL
+  for (int k = 0; k < 4; ++k) {
+    const vec16<uint32_t> v = arch::load_16(q + 4 * k);
+    Q35_UNROLL
+    for (int i = 0; i < 4; ++i) x[4 * k + i] = v[i];
+  }
+  const vec16<uint32_t> r = arch::load_16(reinterpret_cast<const uint32_t*>(in.groups + t * row_groups + gi));
+  g.scale = bits_float(r[0]);
+  g.sum = bits_float(r[1]);
+  g.sum_lo = int32_t(r[2]);
+  g.sum_hi = int32_t(r[3]);
+}
+
+// The 4 bytes at byte offset `b` (a compile-time constant after unrolling) of words u.
+template <int N>
+Q35_DEVICE uint32_t word_at(const uint32_t (&u)[N], int b) {
+  const int i = b / 4, next = i + 1 < N ? i + 1 : i;  // `next` is read only when b % 4 != 0 (then i + 1 < N)
+  return b % 4 == 0 ? u[i] : arch::byte_window(u[i], u[next], b % 4);
+}
+// The binary16 at byte offset b (even) of words u, widened to float.
+template <int N>
+Q35_DEVICE float half_at(const uint32_t (&u)[N], int b) {
+  return arch::f16_bits_to_float(uint16_t(u[b / 4] >> (8 * (b % 4))));
+}
+
+}  // namespace detail
+
+template <class Format>
+struct dot16;  // specialised for the formats with an integer path
+
+template <class Format>
+concept has_dot16 = requires {
+  dot16<Format>::item_elems;
+};
+
+// Q4_K: an item is one block (144 bytes = 9 loads, 256 weights). Sub-block 2c is the low nibbles of
+// qs[32c .. 32c + 31], 2c + 1 the high nibbles; the high ones are used in place (16 q, 1/16 folded
+// into the scale) so each quant word costs one LOP3.
+template <>
+struct dot16<quant::q4_k_format> {
+  static constexpr int item_blocks = 1, item_elems = 256, item_bytes = 144;
+  template <int NTokens>
+  static Q35_DEVICE void dot(const uint8_t* item, const act16_in& in, int64_t g0, int n_tok, float (&acc)[NTokens]) {
+    uint32_t w[36];  // d | dmin << 16, scales[12], qs[128]
+    detail::load_words<9>(item, w);
+    const float d = detail::half_at(w, 0), dmin = detail::half_at(w, 2);
+    const quant::k4_scale_bytes s = quant::unpack_k4_scale_bytes(w[1], w[2], w[3]);
+    Q35_UNROLL
+    for (int c = 0; c < 4; ++c) {
+      uint32_t lo[8], hi[8];
+      Q35_UNROLL
+      for (int i = 0; i < 8; ++i) lo[i] = w[4 + 8 * c + i] & 0x0f0f0f0fu, hi[i] = w[4 + 8 * c + i] & 0xf0f0f0f0u;
+      const uint32_t sc = c < 2 ? s.sc_lo : s.sc_hi, m = c < 2 ? s.m_lo : s.m_hi;
+      // d_j = d * sc_j, m_j = dmin * m_j (rounded as ggml does; exact for f16 d and 6-bit sc)
+      const float d0 = arch::mul_rn(d, float(quant::byte_of(sc, (2 * c) % 4)));
+      const float m0 = arch::mul_rn(dmin, float(quant::byte_of(m, (2 * c) % 4)));
+      const float d1 = arch::mul_rn(d, float(quant::byte_of(sc, (2 * c + 1) % 4))) * 0.0625f;
+      const float m1 = arch::mul_rn(dmin, float(quant::byte_of(m, (2 * c + 1) % 4)));
+      Q35_UNROLL
+      for (int t = 0; t < NTokens; ++t) {
+        if (t >= n_tok) break;
+        uint32_t x[16];
+        quant::act16_group g;
+        detail::load_group(in, t, g0 + 2 * c, x, g);
+        // acc += scale * (d_j * sum q x - m_j * sum x)
+        acc[t] += g.scale * (d0 * arch::int_to_float_rn(quant::dot_u8<8>(lo, x)) - m0 * g.sum);
+        detail::load_group(in, t, g0 + 2 * c + 1, x, g);
+        acc[t] += g.scale * (d1 * arch::int_to_float_rn(quant::dot_u8<8>(hi, x)) - m1 * g.sum);
+      }
+    }
+  }
+};
+
+// Q5_K: one block (176 bytes = 11 loads): as Q4_K with the fifth bit of element l of sub-block j
+// in bit j of qh[l].
+template <>
+struct dot16<quant::q5_k_format> {
+  static constexpr int item_blocks = 1, item_elems = 256, item_bytes = 176;
+  template <int NTokens>
+  static Q35_DEVICE void dot(const uint8_t* item, const act16_in& in, int64_t g0, int n_tok, float (&acc)[NTokens]) {
+    uint32_t w[44];  // d | dmin << 16, scales[12], qh[32], qs[128]
+    detail::load_words<11>(item, w);
+    const float d = detail::half_at(w, 0), dmin = detail::half_at(w, 2);
+    const quant::k4_scale_bytes s = quant::unpack_k4_scale_bytes(w[1], w[2], w[3]);
+    Q35_UNROLL
+    for (int c = 0; c < 4; ++c) {
+      uint32_t lo[8], hi[8];
+      Q35_UNROLL
+      for (int i = 0; i < 8; ++i) {
+        lo[i] = quant::q5_word(0, 2 * c, w[12 + 8 * c + i], w[4 + i]);
+        hi[i] = quant::q5_word(1, 2 * c + 1, w[12 + 8 * c + i], w[4 + i]);
+      }
+      const uint32_t sc = c < 2 ? s.sc_lo : s.sc_hi, m = c < 2 ? s.m_lo : s.m_hi;
+      const float d0 = arch::mul_rn(d, float(quant::byte_of(sc, (2 * c) % 4)));
+      const float m0 = arch::mul_rn(dmin, float(quant::byte_of(m, (2 * c) % 4)));
+      const float d1 = arch::mul_rn(d, float(quant::byte_of(sc, (2 * c + 1) % 4)));
+      const float m1 = arch::mul_rn(dmin, float(quant::byte_of(m, (2 * c + 1) % 4)));
+      Q35_UNROLL
+      for (int t = 0; t < NTokens; ++t) {
+        if (t >= n_tok) break;
+        uint32_t x[16];
+        quant::act16_group g;
+        detail::load_group(in, t, g0 + 2 * c, x, g);
+        acc[t] += g.scale * (d0 * arch::int_to_float_rn(quant::dot_u8<8>(lo, x)) - m0 * g.sum);
+        detail::load_group(in, t, g0 + 2 * c + 1, x, g);
+        acc[t] += g.scale * (d1 * arch::int_to_float_rn(quant::dot_u8<8>(hi, x)) - m1 * g.sum);
+      }
+    }
+  }
+};
+
+// Q6_K: an item is 8 blocks (1680 bytes = 105 loads, 2048 weights), so every block starts at a
+// compile-time byte phase (210 j mod 16 = 2 j) of the 14 words it spans; blocks go one at a time.
+// The offset 32 is removed in the integer sum: S = sum q x - 32 sum x.
+template <>
+struct dot16<quant::q6_k_format> {
+  static constexpr int item_blocks = 8, item_elems = 2048, item_bytes = 1680;
+  template <int NTokens>
+  static Q35_DEVICE void dot(const uint8_t* item, const act16_in& in, int64_t g0, int n_tok, float (&acc)[NTokens]) {
+    Q35_UNROLL
+    for (int j = 0; j < 8; ++j) {
+      uint32_t u[56];  // bytes [208 j, 208 j + 224) of the item; block j starts at byte 2 j of them
+      detail::load_words<14>(item + 16 * 13 * j, u);
+      const int ph = 2 * j;
+      const float d = detail::half_at(u, ph + 208);
+      float ds[16];  // d * scales[g] (exact: 11 x 8 bits)
+      Q35_UNROLL
+      for (int k = 0; k < 4; ++k) {
+        const uint32_t sw = detail::word_at(u, ph + 192 + 4 * k);
+        Q35_UNROLL
+        for (int i = 0; i < 4; ++i) ds[4 * k + i] = arch::mul_rn(d, float(int8_t(uint8_t(sw >> (8 * i)))));
+      }
+      Q35_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        Q35_UNROLL
+        for (int k = 0; k < 4; ++k) {
+          // elements 128 h + 32 k + l: ql[64 h + 32 (k % 2) + l] >> 4 (k / 2), qh[32 h + l] >> 2 k
+          uint32_t q[8];
+          Q35_UNROLL
+          for (int i = 0; i < 8; ++i)
+            q[i] = quant::q6_word(k, detail::word_at(u, ph + 64 * h + 32 * (k % 2) + 4 * i),
+                                  detail::word_at(u, ph + 128 + 32 * h + 4 * i));
+          const int sg = 8 * h + 2 * k;  // scale group of elements l < 16; sg + 1 for l >= 16
+          Q35_UNROLL
+          for (int t = 0; t < NTokens; ++t) {
+            if (t >= n_tok) break;
+            uint32_t x[16];
+            quant::act16_group g;
+            detail::load_group(in, t, g0 + 8 * j + 4 * h + k, x, g);
+            const int32_t s0 = quant::dot_u8<4>(q, x, -32 * g.sum_lo);
+            const int32_t s1 = quant::dot_u8<4>(q + 4, x + 8, -32 * g.sum_hi);
+            // acc += scale * (d sc_a * sum (q - 32) x + d sc_b * ...)
+            acc[t] += g.scale * (ds[sg] * arch::int_to_float_rn(s0) + ds[sg + 1] * arch::int_to_float_rn(s1));
+          }
+        }
+      }
+    }
+  }
+};
+
+// Q8_0: an item is 8 blocks (272 bytes = 17 loads, 256 weights); block j at byte 34 j.
+template <>
+struct dot16<quant::q8_0_format> {
+  static constexpr int item_blocks = 8, item_elems = 256, item_bytes = 272;
+  template <int NTokens>
+  static Q35_DEVICE void dot(const uint8_t* item, const act16_in& in, int64_t g0, int n_tok, float (&acc)[NTokens]) {
+    uint32_t u[68];
+    detail::load_words<17>(item, u);
+    Q35_UNROLL
+    for (int j = 0; j < 8; ++j) {
+      const float d = detail::half_at(u, 34 * j);
+      uint32_t q[8];
+      Q35_UNROLL
+      for (int i = 0; i < 8; ++i) q[i] = detail::word_at(u, 34 * j + 2 + 4 * i);
+      Q35_UNROLL
+      for (int t = 0; t < NTokens; ++t) {
+        if (t >= n_tok) break;
+        uint32_t x[16];
+        quant::act16_group g;
+        detail::load_group(in, t, g0 + j, x, g);
+        // acc += scale * d * sum q x
+        acc[t] += g.scale * (d * arch::int_to_float_rn(quant::dot_s8<8>(q, x)));
+      }
+    }
+  }
+};
+
+// Q4_0: an item is 8 blocks (144 bytes = 9 loads, 256 weights); block j at byte 18 j; element
+// i < 16 in the low nibble of qs[i], i >= 16 in the high nibble of qs[i - 16]; S = sum q x - 8 sum x.
+template <>
+struct dot16<quant::q4_0_format> {
+  static constexpr int item_blocks = 8, item_elems = 256, item_bytes = 144;
+  template <int NTokens>
+  static Q35_DEVICE void dot(const uint8_t* item, const act16_in& in, int64_t g0, int n_tok, float (&acc)[NTokens]) {
+    uint32_t u[36];
+    detail::load_words<9>(item, u);
+    Q35_UNROLL
+    for (int j = 0; j < 8; ++j) {
+      const float d = detail::half_at(u, 18 * j);
+      uint32_t q[8];
+      Q35_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t qs = detail::word_at(u, 18 * j + 2 + 4 * i);
+        q[i] = qs & 0x0f0f0f0fu, q[4 + i] = (qs >> 4) & 0x0f0f0f0fu;
+      }
+      Q35_UNROLL
+      for (int t = 0; t < NTokens; ++t) {
+        if (t >= n_tok) break;
+        uint32_t x[16];
+        quant::act16_group g;
+        detail::load_group(in, t, g0 + j, x, g);
+        const int32_t s = quant::dot_u8<8>(q, x, -8 * (g.sum_lo + g.sum_hi));
+        acc[t] += g.scale * (d * arch::int_to_float_rn(s));
+      }
+    }
+  }
+};
+
+}  // namespace q35::ops
