@@ -21,8 +21,8 @@ struct sample_ref_params {
   int repeat_last_n = 64;
 };
 
-// The logits the filters see: l / p (l > 0) or l * p for each distinct id of the window, rounded to
-// float as the device does.
+// The logits the filters see: l / p (l > 0) or l * p for each distinct id of the window, in float
+// as the device computes them (l / p as l * (1 / p), 1 / p rounded to float).
 inline std::vector<float> penalized_logits(const float* logits, int n_vocab, const sample_ref_params& p,
                                            const int32_t* maybe_recent) {
   std::vector<float> l(logits, logits + n_vocab);
@@ -33,7 +33,8 @@ inline std::vector<float> penalized_logits(const float* logits, int n_vocab, con
     if (id < 0 || id >= n_vocab || seen[size_t(id)]) continue;
     seen[size_t(id)] = 1;
     const float v = l[size_t(id)];
-    l[size_t(id)] = v > 0.0f ? v / p.repeat_penalty : v * p.repeat_penalty;
+    const float inv_p = 1.0f / p.repeat_penalty;
+    l[size_t(id)] = v > 0.0f ? v * inv_p : v * p.repeat_penalty;
   }
   return l;
 }

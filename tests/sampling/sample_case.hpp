@@ -119,7 +119,7 @@ struct kept_probe_kernel {
       bitmap = arch::shared_tail<uint32_t>(s);
       ops::build_penalty_bitmap<Threads>(bitmap, p.maybe_recent + r * p.window, p.window, p.n_vocab);
     }
-    const ops::sample_row row{p.logits + r * p.n_vocab, bitmap, p.n_vocab, p.cfg.penalty};
+    const ops::sample_row row{p.logits + r * p.n_vocab, bitmap, p.n_vocab, p.cfg.penalty, p.cfg.inv_penalty};
     ops::sample_selection sel = ops::selection_of(ops::row_argmax<Threads>(row, s.argmax), p.cfg);
     const bool sampled = sel.sampled(p.cfg);
     ops::for_each_entry<Threads>(row, [&](int i, float) {

@@ -71,7 +71,7 @@ struct sample_kernel {
       bitmap = arch::shared_tail<uint32_t>(s);
       ops::build_penalty_bitmap<Threads>(bitmap, p.maybe_recent + r * p.window, p.window, p.n_vocab);
     }
-    const ops::sample_row row{p.logits + r * p.n_vocab, bitmap, p.n_vocab, p.cfg.penalty};
+    const ops::sample_row row{p.logits + r * p.n_vocab, bitmap, p.n_vocab, p.cfg.penalty, p.cfg.inv_penalty};
     ops::sample_selection sel = ops::selection_of(ops::row_argmax<Threads>(row, s.argmax), p.cfg);
     if (!sel.sampled(p.cfg)) {
       if (arch::thread_rank() == 0) p.out_ids[r] = sel.argmax;

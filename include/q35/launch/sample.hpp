@@ -101,20 +101,20 @@ inline ops::sample_config sample_config_of(const sampling_params& p, int n_vocab
   c.use_min_p = p.min_p > 0.0f;
   c.log_min_p = c.use_min_p ? float(std::log(double(p.min_p))) : 0.0f;
   c.temperature = p.temperature;
+  c.inv_temperature = c.greedy ? 1.0f : 1.0f / p.temperature;
   c.penalty = p.repeat_penalty;
+  c.inv_penalty = 1.0f / p.repeat_penalty;
   c.seed_lo = uint32_t(p.seed);
   c.seed_hi = uint32_t(p.seed >> 32);
   return c;
 }
 
 // Block shape per vocabulary size: threads per row and the fast path's candidate capacity (8 bytes
-// of shared memory each). One warp serves small vocabularies (tests, toy models); a Qwen3.5 row
-// (248,320 entries) takes 1024 threads, the most memory parallelism one block can have.
+// of shared memory each). One warp serves small vocabularies (tests, toy models); larger rows (a
+// Qwen3.5 row has 248,320 entries) take 1024 threads, the most memory parallelism one block has.
+// (A 128- or 256-thread block was tried: ptxas then settles on 64 registers and spills 30-60 bytes.)
 struct sample_shape_small {
   static constexpr int max_vocab = 1024, threads = 32, capacity = 1024;
-};
-struct sample_shape_medium {
-  static constexpr int max_vocab = 4096, threads = 128, capacity = 4096;
 };
 struct sample_shape_large {
   static constexpr int max_vocab = ops::sample_max_vocab, threads = 1024, capacity = 4096;
@@ -124,7 +124,6 @@ struct sample_shape_large {
 template <class F>
 decltype(auto) with_sample_shape(int n_vocab, F&& f) {
   if (n_vocab <= sample_shape_small::max_vocab) return f(sample_shape_small{});
-  if (n_vocab <= sample_shape_medium::max_vocab) return f(sample_shape_medium{});
   return f(sample_shape_large{});
 }
 

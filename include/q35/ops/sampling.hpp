@@ -34,7 +34,9 @@ struct sample_config {
   bool use_min_p = false;  // min_p > 0
   float log_min_p = 0.0f;  // log(min_p), rounded once on the host
   float temperature = 1.0f;
-  float penalty = 1.0f;  // repeat penalty (1: off)
+  float inv_temperature = 1.0f;  // 1 / temperature, rounded once (the device multiplies: no division)
+  float penalty = 1.0f;          // repeat penalty (1: off)
+  float inv_penalty = 1.0f;      // 1 / penalty, rounded once
   uint32_t seed_lo = 0, seed_hi = 0;
 };
 
@@ -57,8 +59,9 @@ Q35_DEVICE uint64_t fixed_weight(float x) {
   return e > 0.0f ? uint64_t(e * sample_fixed_one) : uint64_t(0);
 }
 
-// The penalised logit: l / p for l > 0, else l * p (llama.cpp's repetition penalty).
-Q35_HOST_DEVICE float penalized(float l, float p) { return l > 0.0f ? l / p : l * p; }
+// The penalised logit: l / p for l > 0 (as l * (1 / p), 1 / p rounded to float once), else l * p
+// (llama.cpp's repetition penalty).
+Q35_HOST_DEVICE float penalized(float l, float p, float inv_p) { return l > 0.0f ? l * inv_p : l * p; }
 
 // One row's logits as the filters see them: the stored value, penalised for the ids set in the
 // shared bitmap (bit i % 32 of word i / 32), when there is one.
@@ -66,11 +69,11 @@ struct sample_row {
   const float* logits;              // [n_vocab]
   const uint32_t* maybe_penalized;  // [ceil(n_vocab / 32)] shared bitmap, or null
   int n_vocab;
-  float penalty;
+  float penalty, inv_penalty;
 
   // Entry i whose stored value is l.
   Q35_DEVICE float value(int i, float l) const {
-    if (maybe_penalized && (maybe_penalized[i >> 5] >> (i & 31) & 1u)) return penalized(l, penalty);
+    if (maybe_penalized && (maybe_penalized[i >> 5] >> (i & 31) & 1u)) return penalized(l, penalty, inv_penalty);
     return l;
   }
   Q35_DEVICE float logit(int i) const { return value(i, logits[i]); }
@@ -91,7 +94,7 @@ Q35_DEVICE void visit_entries(const sample_row& row, F&& f) {
   const int t = arch::thread_rank();
   const bool vector = (reinterpret_cast<uintptr_t>(row.logits) & 15u) == 0;
   const int width = vector ? 4 : 1;  // entries per group
-  const int n_groups = row.n_vocab / width;
+  const int n_groups = vector ? row.n_vocab >> 2 : row.n_vocab;
   for (int base = 0; base < n_groups; base += u_max * Threads) {
     vec<float, 4> v[u_max] = {};
     Q35_UNROLL

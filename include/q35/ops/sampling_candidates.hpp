@@ -249,7 +249,7 @@ Q35_DEVICE int draw_candidates(const sample_config& c, float m, int n, uint64_t 
                                sample_candidate_storage<Threads, Capacity>& s) {
   constexpr int per_thread = Capacity / Threads;
   const int first = arch::thread_rank() * per_thread;
-  const auto weight = [&](int j) { return fixed_weight((sort_key_value(s.keys[j]) - m) / c.temperature); };
+  const auto weight = [&](int j) { return fixed_weight((sort_key_value(s.keys[j]) - m) * c.inv_temperature); };
   uint64_t own = 0;
   for (int j = first; j < first + per_thread && j < n; ++j) own += weight(j);
   uint64_t before = 0, total = 0;

@@ -170,13 +170,13 @@ struct sample_selection {
   uint64_t threshold;  // kept: sort_key >= threshold (top-k and top-p) ...
   bool use_min_p;      // ... and l - m >= log_min_p (min-p)
   float log_min_p;
-  float temperature;
+  float inv_temperature;
 
   Q35_DEVICE bool kept(float l, int i) const {
     return sort_key(l, i) >= threshold && (!use_min_p || l - m >= log_min_p);
   }
-  // Draw weight exp((l - m) / T) in units of 2^-40.
-  Q35_DEVICE uint64_t weight(float l) const { return fixed_weight((l - m) / temperature); }
+  // Draw weight exp((l - m) / T) in units of 2^-40, as (l - m) * (1 / T).
+  Q35_DEVICE uint64_t weight(float l) const { return fixed_weight((l - m) * inv_temperature); }
   // Whether the row is sampled (else argmax is the answer): not greedy and a finite maximum.
   Q35_DEVICE bool sampled(const sample_config& c) const { return !c.greedy && m > -INFINITY && m < INFINITY; }
 };
@@ -195,7 +195,7 @@ Q35_DEVICE warp::arg_value row_argmax(const sample_row& row,
 
 Q35_DEVICE sample_selection selection_of(const warp::arg_value& best, const sample_config& c) {
   return sample_selection{
-      best.value != best.value ? -INFINITY : best.value, best.index, 0, c.use_min_p, c.log_min_p, c.temperature};
+      best.value != best.value ? -INFINITY : best.value, best.index, 0, c.use_min_p, c.log_min_p, c.inv_temperature};
 }
 
 // The general path: top-k (a count goal) and top-p (a mass goal over the top-k set at temperature 1)
