@@ -21,7 +21,7 @@ namespace q35::kernels {
 // sh_act[t] = silu(W_sh_gate x[t]) * (W_sh_up x[t]) for tokens t when the shared expert is given.
 // Thread mapping: block (j, tile) computes rows [tile * rows_per_block, +rows_per_block) of job j
 // (a pair, or a token's shared expert for j >= n_pairs); each warp takes rows_per_warp of them, a
-// lane one 16-element unit of the gate and up rows per step.
+// lane one 16-element unit of each of them per step, gate and up rows of all rows_per_warp rows at once.
 template <quant::weight_format Format, class Policy = moe_policy_decode>
 struct moe_gate_up_kernel {
   using block = typename Format::block;
@@ -83,17 +83,23 @@ struct moe_gate_up_kernel {
       up_offset = p.sh_up_offset_bytes;
       x = p.x + t * p.n_embd;
     }
-    const int n_units = p.n_embd / quant::unit_elems;
+    // rows of this warp: gate r0, up r0, gate r0 + 1, up r0 + 1, ... (a prefix of them inside the matrix)
+    const int n_here = n_rows - row0 < rows_per_warp ? (n_rows - row0 > 0 ? n_rows - row0 : 0) : rows_per_warp;
+    const block* rows[2 * rows_per_warp];
+    const float* xs[2 * rows_per_warp];
     Q35_UNROLL
     for (int i = 0; i < rows_per_warp; ++i) {
-      const int r = row0 + i;
-      if (r >= n_rows) continue;  // warp-uniform
-      const block* const rows[2] = {ops::row_at<Format>(base, r, row_bytes),
-                                    ops::row_at<Format>(base + up_offset, r, row_bytes)};
-      float d[2];
-      ops::warp_row_dots<Format, 2>(rows, x, n_units, d);
+      const int r = i < n_here ? row0 + i : 0;  // a row that exists (unused)
+      rows[2 * i] = ops::row_at<Format>(base, r, row_bytes);
+      rows[2 * i + 1] = ops::row_at<Format>(base + up_offset, r, row_bytes);
+      xs[2 * i] = xs[2 * i + 1] = x;
+    }
+    float d[2 * rows_per_warp];
+    ops::warp_row_dots<Format, 2 * rows_per_warp>(rows, xs, 2 * n_here, p.n_embd / quant::unit_elems, d);
+    Q35_UNROLL
+    for (int i = 0; i < rows_per_warp; ++i) {
       // act = silu(gate . x) * (up . x)
-      if (arch::lane_id() == 0) out[r] = arch::silu(d[0]) * d[1];
+      if (i < n_here && arch::lane_id() == 0) out[row0 + i] = arch::silu(d[2 * i]) * d[2 * i + 1];
     }
   }
 };
@@ -102,13 +108,15 @@ struct moe_gate_up_kernel {
 // where s[t] = W_sh_down sh_act[t] (computed here when maybe_sh_down is set) or maybe_sh_y[t]
 // (computed by another launch: a shared expert in another format than the routed experts).
 // Thread mapping: block (t, tile) owns rows [tile * rows_per_block, +rows_per_block) of token t; a
-// warp computes rows_per_warp of them, each over the k experts in slot order, then the shared expert.
+// warp computes rows_per_warp of them, each over the k experts in slot order (experts_per_step
+// experts' rows loaded at once), then the shared expert.
 template <quant::weight_format Format, class Policy = moe_policy_decode>
 struct moe_down_kernel {
   using block = typename Format::block;
   static constexpr int threads = Policy::threads;
   static constexpr int rows_per_warp = Policy::rows_per_warp;
   static constexpr int rows_per_block = Policy::rows_per_block;
+  static constexpr int experts_per_step = Policy::experts_per_step;
 
   struct params {
     const float* act;     // [n_tokens * k][expert_ff], 16-byte aligned rows
@@ -139,24 +147,36 @@ struct moe_down_kernel {
       if (r >= p.n_embd) continue;  // warp-uniform
       float total = 0.0f;
       bool bad = false;
-      for (int j = 0; j < p.k; ++j) {
-        const int64_t pair = t * p.k + j;
-        const int32_t e = p.ids[pair];
-        if (e < 0 || e >= p.n_experts) {
-          bad = true;
-          continue;
+      // experts_per_step experts' rows at once (their loads in flight together), summed in slot order
+      for (int j0 = 0; j0 < p.k; j0 += experts_per_step) {
+        const int n_step = p.k - j0 < experts_per_step ? p.k - j0 : experts_per_step;
+        const block* rows[experts_per_step];
+        const float* xs[experts_per_step];
+        bool valid[experts_per_step];
+        Q35_UNROLL
+        for (int g = 0; g < experts_per_step; ++g) {
+          const int64_t pair = t * p.k + j0 + (g < n_step ? g : 0);
+          const int32_t e = p.ids[pair];
+          valid[g] = g < n_step && e >= 0 && e < p.n_experts;
+          rows[g] = ops::row_at<Format>(p.down + (valid[g] ? int64_t(e) : 0) * p.expert_stride_bytes, r, row_bytes);
+          xs[g] = p.act + pair * p.expert_ff;
         }
-        const block* const row[1] = {ops::row_at<Format>(p.down + int64_t(e) * p.expert_stride_bytes, r, row_bytes)};
-        float d[1];
-        ops::warp_row_dots<Format, 1>(row, p.act + pair * p.expert_ff, p.expert_ff / quant::unit_elems, d);
-        // total += w_j * y_j
-        total += p.weights[pair] * d[0];
+        float d[experts_per_step];
+        ops::warp_row_dots<Format, experts_per_step>(rows, xs, n_step, p.expert_ff / quant::unit_elems, d);
+        Q35_UNROLL
+        for (int g = 0; g < experts_per_step; ++g) {
+          if (g >= n_step) continue;
+          bad |= !valid[g];
+          // total += w_j * y_j
+          if (valid[g]) total += p.weights[t * p.k + j0 + g] * d[g];
+        }
       }
       float shared = 0.0f;
       if (p.maybe_sh_down) {
         const block* const row[1] = {ops::row_at<Format>(p.maybe_sh_down, r, sh_row_bytes)};
+        const float* const xs[1] = {p.maybe_sh_act + t * p.shared_ff};
         float d[1];
-        ops::warp_row_dots<Format, 1>(row, p.maybe_sh_act + t * p.shared_ff, p.shared_ff / quant::unit_elems, d);
+        ops::warp_row_dots<Format, 1>(row, xs, 1, p.shared_ff / quant::unit_elems, d);
         shared = d[0];
       } else if (p.maybe_sh_y) {
         shared = p.maybe_sh_y[t * p.n_embd + r];
