@@ -1,5 +1,7 @@
 // Paged attention (append + decode / prefill) against the float64 reference; tolerance derivation in
 // tests/reference/attention_reference.hpp.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -176,6 +178,27 @@ TEST_CASE("attention decode: a 32768-token context" * test::needs_device()) {
   const int64_t n = 32768;
   test::attn_case c(1, 2, 128, 32, kv_type::f16, 16, n / 16, 111);
   c.grow(0, n);
+  // Needles: keys equal to the last token's q projection (head 0) at the first page, inside pages,
+  // on both sides of a split boundary and in the last pages. Their scores stand out, so they carry
+  // a large share of the softmax weight and a page the kernel skipped would show far above the bound.
+  const std::vector<int64_t> needles{0, 5000, 16383, 16384, 32700};
+  for (int64_t j : needles)
+    std::copy_n(c.seqs[0].qg.begin() + (n - 1) * 2 * 2 * 128, 128, c.seqs[0].k.begin() + j * 128);
+  {
+    const ref::ref_kv kv = c.reference_kv(0, n);
+    std::vector<double> q(128), mag(128), sc(static_cast<size_t>(n));
+    ref::norm_rope(c.seqs[0].qg.data() + (n - 1) * 2 * 2 * 128, c.q_norm.data(), c.shape, n - 1, q.data(), mag.data());
+    double mx = -INFINITY, z = 0, share = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      double d = 0;
+      for (int e = 0; e < 128; ++e) d += q[size_t(e)] * kv.k[size_t(j * 128 + e)];
+      mx = std::max(mx, sc[size_t(j)] = d / std::sqrt(128.0));
+    }
+    for (int64_t j = 0; j < n; ++j) z += std::exp(sc[size_t(j)] - mx);
+    for (int64_t j : needles) share += std::exp(sc[size_t(j)] - mx) / z;
+    MESSAGE("softmax weight of the needles (head 0): " << share);
+    CHECK(share > 0.3);  // ~0.1 each: a missing needle moves outputs ~30x beyond the bound
+  }
   c.fill_direct(0, n - 1);
   for (int splits : {0, 1}) {
     CAPTURE(splits);
