@@ -1,0 +1,57 @@
+// Device sampling of one Qwen3.5 logits row (248,320 entries) per step, as the decoder calls it:
+// greedy, llama.cpp's defaults (the fast path), top-p over the whole vocabulary (no top-k: the
+// general radix path when the window is large) and plain temperature. Floor: one read of the
+// logits (~1 MB per row), which stays in L2 between the LM head and the sampler in a real step;
+// the time is mostly the one block per row (one SM) walking the row 3-10 times.
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "bench_util.hpp"
+#include "q35/launch/sample.hpp"
+
+namespace {
+
+using namespace q35;
+
+enum class sample_mode { greedy, defaults, top_p_only, temperature_only };
+
+template <sample_mode Mode>
+void bm_sample(benchmark::State& state) {
+  if (bench::skip_without_gpu(state)) return;
+#if Q35_BACKEND_CUDA
+  const int n_vocab = 248320, n_rows = int(state.range(0));
+  device_buffer<float> logits;
+  device_buffer<int32_t> ids;
+  device_buffer<uint64_t> counter;
+  if (!logits.allocate(size_t(n_rows) * n_vocab).ok() || !ids.allocate(size_t(n_rows)).ok() ||
+      !counter.allocate(1).ok() || !fill_bytes(counter.data(), 0, 8).ok()) {
+    state.SkipWithError("allocation failed");
+    return;
+  }
+  // LM-head-like logits: N(0, 2.5), a few strong candidates
+  std::mt19937_64 rng(1);
+  std::normal_distribution<float> d(0.0f, 2.5f);
+  std::vector<float> h(logits.size());
+  for (auto& x : h) x = d(rng);
+  for (int r = 0; r < n_rows; ++r) h[size_t(r) * n_vocab + size_t(r) * 7919 % n_vocab] += 12.0f;
+  (void)logits.upload(h.data(), h.size());
+
+  launch::sample_args a;
+  a.logits = logits.data(), a.n_rows = n_rows, a.n_vocab = n_vocab;
+  a.rng_counter = counter.data(), a.out_ids = ids.data();
+  if (Mode == sample_mode::greedy) a.params.temperature = 0.0f;
+  if (Mode == sample_mode::top_p_only) a.params.top_k = 0, a.params.min_p = 0.0f;
+  if (Mode == sample_mode::temperature_only) a.params.top_k = 0, a.params.top_p = 1.0f, a.params.min_p = 0.0f;
+  bench::time_launches(state, [&](int) { return launch::sample(a); });
+  bench::report_bytes(state, double(n_rows) * n_vocab * sizeof(float));
+  state.SetLabel(bench::device_name() + " n_vocab=248320");
+#endif
+}
+
+BENCHMARK_TEMPLATE(bm_sample, sample_mode::greedy)->Arg(1)->Arg(4)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(bm_sample, sample_mode::defaults)->Arg(1)->Arg(4)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(bm_sample, sample_mode::top_p_only)->Arg(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(bm_sample, sample_mode::temperature_only)->Arg(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+}  // namespace
