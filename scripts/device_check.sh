@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# On a machine with an NVIDIA GPU: build tests and benchmarks for this GPU's architecture, run the
-# test suite on the device, run the benchmarks, write logs, and print a short summary table last.
+# On a machine with an NVIDIA GPU: build tests, benchmarks and qwen35_generate for this GPU's
+# architecture, run the test suite on the device, the end-to-end benchmark (qwen35_generate --bench:
+# synthetic full-size Q4_K_M models, docs/e2e_benchmarks.md), the kernel benchmarks, write logs, and
+# print a short summary table last.
 #   scripts/device_check.sh [LOG_DIR]        (default: device_logs/)
-# Budget: about 8 minutes on a 16-core machine. Never changes clocks or resets the GPU.
+# Budget: under 12 minutes on a 16-core machine (each stage gets at most what is left of 690 s).
+# Never changes clocks or resets the GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 logs=${1:-device_logs}
@@ -18,6 +21,19 @@ nvidia-smi >>"$logs/gpu.txt" 2>&1
 build=build-device
 cmake -B "$build" -DQ35_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$cap" -DQ35_BUILD_EXAMPLES=OFF \
   >"$logs/configure.log" 2>&1
+# qwen35_generate_cuda (for --bench) in its own build dir, in the background, so a problem there costs
+# only the end-to-end stage.
+e2e_build=build-device-e2e
+(cmake -B "$e2e_build" -DQ35_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$cap" -DQ35_BUILD_EXAMPLES=ON \
+   -DQ35_BUILD_TESTS=OFF -DQ35_BUILD_BENCHMARKS=OFF && timeout 420 cmake --build "$e2e_build" -j"$jobs" \
+   --target qwen35_generate_cuda) >"$logs/build_e2e.log" 2>&1 &
+e2e_build_pid=$!
+# Seconds a stage may take: at most $1, and never past the 690 s budget.
+left() {
+  local l=$((690 - (SECONDS - start)))
+  ((l < 10)) && l=10
+  ((l < $1)) && echo $l || echo $1
+}
 if ! timeout 300 cmake --build "$build" -j"$jobs" >"$logs/build.log" 2>&1; then
   tail -40 "$logs/build.log"
   echo "build failed (see $logs/build.log)"
@@ -26,17 +42,32 @@ fi
 python3 scripts/check_ptxas.py "$logs/build.log" --table >"$logs/ptxas.txt" 2>&1
 build_s=$((SECONDS - start))
 
-timeout 150 ctest --test-dir "$build" -R '^cuda\.' --output-on-failure >"$logs/tests.log" 2>&1
+timeout "$(left 150)" ctest --test-dir "$build" -R '^cuda\.' --output-on-failure >"$logs/tests.log" 2>&1
 tests_rc=$?
 test_s=$((SECONDS - start - build_s))
 
-timeout 240 "$build/benchmarks/q35_bench_cuda" --benchmark_min_time=0.1 --benchmark_out="$logs/bench.json" \
+# End to end: 9B, 35B-A3B, then 27B (the JSON is rewritten after each model, so a time-out keeps those done).
+wait "$e2e_build_pid"
+e2e_build_rc=$?
+e2e_start=$SECONDS
+if ((e2e_build_rc == 0)); then
+  timeout "$(left 210)" "$e2e_build/examples/qwen35_generate/qwen35_generate_cuda" --bench \
+    --bench-json "$logs/e2e.json" >"$logs/e2e.log" 2>&1
+  e2e_rc=$?
+else
+  tail -20 "$logs/build_e2e.log"
+  echo "qwen35_generate_cuda build failed (see $logs/build_e2e.log): no end-to-end results"
+  e2e_rc=$e2e_build_rc
+fi
+e2e_s=$((SECONDS - e2e_start))
+
+timeout "$(left 240)" "$build/benchmarks/q35_bench_cuda" --benchmark_min_time=0.1 --benchmark_out="$logs/bench.json" \
   --benchmark_out_format=json >"$logs/bench.log" 2>&1
 bench_rc=$?
 
 echo
 echo "== summary ($gpu) =="
-echo "build: ${build_s}s   tests: rc=$tests_rc ($(grep -Eo '[0-9]+% tests passed.*' "$logs/tests.log" | head -1))   bench: rc=$bench_rc"
+echo "build: ${build_s}s   tests: rc=$tests_rc ($(grep -Eo '[0-9]+% tests passed.*' "$logs/tests.log" | head -1))   e2e: rc=$e2e_rc (${e2e_s}s)   bench: rc=$bench_rc   total: $((SECONDS - start))s"
 tail -1 "$logs/ptxas.txt"
 python3 - "$logs/bench.json" <<'PY'
 import json, sys
@@ -57,5 +88,25 @@ for b in data.get("benchmarks", []):
     gbs = b.get("GB/s", 0.0)
     pct = b.get("%copy_bw", 0.0)
     print(f"{b['name'][:60]:60s} {us:10.2f} {gbs:9.1f} {pct:7.1f}")
+PY
+python3 - "$logs/e2e.json" <<'PY'
+import json, sys
+try:
+    data = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(f"no end-to-end results: {e}")
+    sys.exit(0)
+print(f"\nend to end ({data.get('device')}, copy {data.get('copy_gbps')} GB/s, tg{data.get('tg_tokens')}, greedy, decode step as run):")
+print(f"{'model':26s} {'pp tok/s':>18s} {'ctx':>6s} {'tg tok/s':>9s} {'GB/tok':>7s} {'%roof':>6s}  step us: eager fwd / as run / gap")
+for m in data.get("models", []):
+    if "skipped" in m:
+        print(f"{m['name'][:26]:26s} skipped: {m['skipped']}")
+        continue
+    pp = " ".join(f"{p['tokens']}:{p['tok_s']:.0f}" for p in m.get("prefill", []))
+    for i, d in enumerate(m.get("decode", [])):
+        s = d["step_ms"]
+        print(f"{(m['name'] if i == 0 else '')[:26]:26s} {(pp if i == 0 else '')[:18]:>18s} {d['context']:6d} "
+              f"{d['tok_s']:9.1f} {d['bytes_per_token'] / 1e9:7.3f} {d['roofline_pct'] or 0:6.1f}  "
+              f"{1e3 * s['eager_forward']:.0f} / {1e3 * s['graph_forward']:.0f} / {1e3 * s['eager_minus_graph']:.0f}")
 PY
 exit $((tests_rc != 0))

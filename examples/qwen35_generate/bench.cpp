@@ -1,0 +1,625 @@
+// --bench: llama-bench-like end-to-end numbers of the decoder. Per model: prefill tokens/s (ppN), decode
+// tokens/s (tg128 after a prompt of each context length, greedy sampling on the device, CUDA graphs as
+// the decoder uses them), bytes read per generated token against the copy bandwidth measured in the same
+// run, and one decode step split by call from timestamps recorded between the decoder's calls.
+// Models: -m FILE, or synthetic full-size Q4_K_M models built on the device (synth_model).
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "decoder.hpp"
+#include "device_model.hpp"
+#include "model_loader.hpp"
+#include "q35/models/qwen35.hpp"
+#include "q35/models/qwen35_moe.hpp"
+#include "q35/models/tiny.hpp"
+#include "synth_model.hpp"
+
+namespace q35::cli {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+double seconds_since(clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); }
+
+void check(const status& s, const std::string& what) {
+  if (!s.ok()) throw std::runtime_error(what + ": " + s.message());
+}
+
+#if Q35_BACKEND_CUDA
+constexpr bool on_gpu = true;
+#else
+constexpr bool on_gpu = false;
+#endif
+
+// ---- timestamps on the decoder's stream: CUDA events, or the host clock on the (synchronous) sim ----
+class timeline {
+ public:
+  timeline() = default;
+  timeline(const timeline&) = delete;
+  timeline& operator=(const timeline&) = delete;
+  ~timeline() {
+#if Q35_BACKEND_CUDA
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+#endif
+  }
+  // Makes room for n timestamps (created up front: creating one inside a timed step would add host time).
+  void reserve(size_t n) {
+#if Q35_BACKEND_CUDA
+    while (events_.size() < n) {
+      cudaEvent_t e = nullptr;
+      check(detail::cuda_status(cudaEventCreate(&e), "cudaEventCreate"), "--bench");
+      events_.push_back(e);
+    }
+#else
+    times_.resize(std::max(times_.size(), n));
+#endif
+  }
+  void clear() { used_ = 0; }
+  // Records a timestamp on `s`; returns its index.
+  size_t record(stream_t s) {
+    reserve(used_ + 1);
+#if Q35_BACKEND_CUDA
+    cudaEventRecord(events_[used_], s);
+#else
+    (void)s;
+    times_[used_] = clock_type::now();
+#endif
+    return used_++;
+  }
+  // Milliseconds from timestamp i to j (waits for j).
+  double ms(size_t i, size_t j) const {
+#if Q35_BACKEND_CUDA
+    cudaEventSynchronize(events_[j]);
+    float t = 0;
+    cudaEventElapsedTime(&t, events_[i], events_[j]);
+    return double(t);
+#else
+    return std::chrono::duration<double, std::milli>(times_[j] - times_[i]).count();
+#endif
+  }
+
+ private:
+#if Q35_BACKEND_CUDA
+  std::vector<cudaEvent_t> events_;
+#else
+  std::vector<clock_type::time_point> times_;
+#endif
+  size_t used_ = 0;
+};
+
+// ---- the device ----
+struct device_facts {
+  std::string name = "sim";
+  double copy_gbps = 0;  // device-to-device copy, read + write bytes / s (0: not measured)
+  uint64_t free_bytes = 0, total_bytes = 0;
+};
+
+#if Q35_BACKEND_CUDA
+// The measurement of benchmarks/bench_util.hpp measured_copy_gbps: cudaMemcpy of 1 GiB, median of 20.
+double measure_copy_gbps() {
+  const size_t bytes = size_t(1) << 30;
+  device_buffer<uint8_t> a, b;
+  if (!a.allocate(bytes).ok() || !b.allocate(bytes).ok()) return 0;
+  timeline t;
+  std::vector<double> ms;
+  for (int i = 0; i < 23; ++i) {
+    t.clear();
+    const size_t e0 = t.record(nullptr);
+    cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, nullptr);
+    const size_t e1 = t.record(nullptr);
+    if (i >= 3) ms.push_back(t.ms(e0, e1));
+  }
+  std::sort(ms.begin(), ms.end());
+  return 2.0 * double(bytes) / (ms[ms.size() / 2] * 1e-3) * 1e-9;
+}
+#endif
+
+device_facts query_device() {
+  device_facts d;
+#if Q35_BACKEND_CUDA
+  if (!device_available()) throw std::runtime_error("--bench: no CUDA device visible");
+  cudaDeviceProp p{};
+  int dev = 0;
+  cudaGetDevice(&dev);
+  cudaGetDeviceProperties(&p, dev);
+  d.name = p.name;
+  d.copy_gbps = measure_copy_gbps();
+  size_t f = 0, t = 0;
+  cudaMemGetInfo(&f, &t);
+  d.free_bytes = f, d.total_bytes = t;
+#endif
+  return d;
+}
+
+uint64_t free_device_bytes() {
+#if Q35_BACKEND_CUDA
+  size_t f = 0, t = 0;
+  cudaMemGetInfo(&f, &t);
+  return f;
+#else
+  return UINT64_MAX;
+#endif
+}
+
+// ---- what is measured ----
+struct bench_plan {
+  std::vector<int64_t> contexts, prompts;
+  int64_t tg = 128;
+  int breakdown_steps = 8;
+};
+
+// Categories of one decode step (decoder::call, plus sampling).
+enum category {
+  cat_other,
+  cat_norm,
+  cat_attention,
+  cat_gdn,
+  cat_dense_ffn,
+  cat_moe_ffn,
+  cat_lm_head,
+  cat_sampling,
+  n_cat
+};
+constexpr const char* category_names[n_cat] = {"upload+embed", "norms",   "attention", "GDN",
+                                               "dense FFN",    "MoE FFN", "LM head",   "sampling"};
+constexpr const char* category_keys[n_cat] = {"upload_embedding", "norms",   "attention_layers", "gdn_layers",
+                                              "dense_ffn",        "moe_ffn", "lm_head",          "sampling"};
+
+category category_of(gen::decoder::call c) {
+  switch (c) {
+    case gen::decoder::call::norm:
+      return cat_norm;
+    case gen::decoder::call::attention:
+      return cat_attention;
+    case gen::decoder::call::gdn:
+      return cat_gdn;
+    case gen::decoder::call::dense_ffn:
+      return cat_dense_ffn;
+    case gen::decoder::call::moe_ffn:
+      return cat_moe_ffn;
+    case gen::decoder::call::lm_head:
+      return cat_lm_head;
+    default:
+      return cat_other;
+  }
+}
+
+struct step_breakdown {
+  double ms[n_cat] = {};        // per eager step, by category
+  double eager_forward_ms = 0;  // eager step without sampling (the sum of the categories but sampling)
+  double graph_forward_ms = 0;  // the same step as the decoder runs it (graph replay on CUDA)
+};
+
+struct context_result {
+  int64_t context = 0;
+  double tok_s = 0, ms_per_token = 0;
+  double bytes_per_token = 0, kv_bytes = 0;
+  double roofline_tok_s = 0, roofline_pct = 0;  // 0: no bandwidth measured
+  int distinct_ids = 0;
+  bool finite = true;
+  step_breakdown b;
+};
+
+struct model_result {
+  std::string name, source;
+  std::string skipped;  // why the model was not run
+  uint64_t weight_bytes = 0;
+  double weight_bytes_per_token = 0, state_bytes_per_token = 0;
+  std::vector<std::pair<int64_t, double>> prefill;  // (tokens, tokens/s)
+  std::vector<context_result> decode;
+  bool graphs = false;
+};
+
+// Bytes the weights cost per generated token: every tensor but token_embd (one row of it is gathered;
+// tied: the LM head reads all of it), and of the routed expert tensors only k of n_experts matrices.
+double weight_bytes_per_token(const io::model_hparams& h,
+                              const std::vector<std::pair<std::string, uint64_t>>& tensors) {
+  bool tied = true;
+  for (const auto& [name, bytes] : tensors) tied = tied && name != "output.weight";
+  double sum = 0;
+  for (const auto& [name, bytes] : tensors) {
+    if (io::is_mtp_tensor(h, name)) continue;
+    if (name == "token_embd.weight") {
+      sum += tied ? double(bytes) : double(bytes) / double(h.n_vocab);
+    } else if (name.find("_exps.") != std::string::npos) {
+      sum += double(bytes) * double(h.n_experts_used) / double(h.n_experts);
+    } else {
+      sum += double(bytes);
+    }
+  }
+  return sum;
+}
+
+// K and V bytes a decode step reads at context c (f16 cache): every full-attention layer, c + 1 tokens.
+double kv_bytes_at(const io::model_hparams& h, int64_t c) {
+  return double(h.count(models::layer_type::full_attention)) * double(h.n_kv_heads) * double(h.head_dim + h.value_dim) *
+         2.0 * double(c + 1);
+}
+
+// ---- one model ----
+class model_bench {
+ public:
+  model_bench(const gen::device_model& m, const bench_plan& plan, int64_t n_batch)
+      : m_(m), plan_(plan), rng_(20261201) {
+    gen::decoder_config cfg;
+    const int64_t max_ctx = plan.contexts.empty() ? 0 : *std::max_element(plan.contexts.begin(), plan.contexts.end());
+    int64_t max_pp = 0;
+    for (int64_t p : plan.prompts) max_pp = std::max(max_pp, p);
+    cfg.n_ctx = std::max(max_ctx + plan.tg + 2 * plan.breakdown_steps + 16, max_pp + 16);
+    cfg.n_batch = n_batch;
+    cfg.kv_type = kv::kv_type::f16;
+    check(dec_.init(m, cfg), "decoder init");
+    greedy_.temperature = 0.0f, greedy_.top_k = 0, greedy_.top_p = 1.0f, greedy_.min_p = 0.0f;
+    greedy_.repeat_penalty = 1.0f, greedy_.repeat_last_n = 0;
+  }
+
+  uint64_t recurrent_bytes() const { return dec_.recurrent_bytes(); }
+  bool graphs() const { return dec_.graphs_active(); }
+
+  // Warm-up: a short prompt and a few steps (records the decode graph), then a fresh sequence.
+  void warm_up() {
+    feed_prompt(8);
+    int32_t id = 0;
+    for (int i = 0; i < 4; ++i) step(id);
+    check(dec_.clear(), "clear");
+  }
+
+  // Prefill tokens/s of a prompt of n tokens from an empty context (median of 3 for short prompts).
+  double prefill(int64_t n) {
+    std::vector<double> s;
+    for (int r = 0; r < (n <= 1024 ? 3 : 1); ++r) {
+      check(dec_.clear(), "clear");
+      const std::vector<int32_t> ids = random_ids(n);
+      const auto t0 = clock_type::now();
+      check(dec_.eval(ids), "prefill");
+      check(synchronize(dec_.stream()), "prefill");
+      s.push_back(seconds_since(t0));
+    }
+    std::sort(s.begin(), s.end());
+    return double(n) / s[s.size() / 2];
+  }
+
+  // tg after a prompt of `c` tokens, then the step breakdown there.
+  context_result decode(int64_t c) {
+    context_result r;
+    r.context = c;
+    check(dec_.clear(), "clear");
+    feed_prompt(std::max<int64_t>(c, 1));  // context 0: one token, so there are logits to sample
+    int32_t id = 0;
+    std::vector<int32_t> ids;
+    const auto t0 = clock_type::now();
+    for (int64_t i = 0; i < plan_.tg; ++i) {
+      step(id);
+      ids.push_back(id);
+    }
+    check(synchronize(dec_.stream()), "decode");
+    const double s = seconds_since(t0);
+    r.tok_s = double(plan_.tg) / s;
+    r.ms_per_token = 1e3 * s / double(plan_.tg);
+    std::sort(ids.begin(), ids.end());
+    r.distinct_ids = int(std::unique(ids.begin(), ids.end()) - ids.begin());
+    std::vector<float> logits;
+    check(dec_.last_logits(logits), "logits");
+    for (float v : logits) r.finite = r.finite && std::isfinite(v);
+    r.b = breakdown(id);
+    return r;
+  }
+
+ private:
+  std::vector<int32_t> random_ids(int64_t n) {
+    std::uniform_int_distribution<int32_t> pick(0, int32_t(m_.hparams().n_vocab) - 1);
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    for (int32_t& x : ids) x = pick(rng_);
+    return ids;
+  }
+  void feed_prompt(int64_t n) {
+    if (n > 0) check(dec_.eval(random_ids(n)), "prompt");
+  }
+  // One generated token: sample the last logits on the device, feed the id back.
+  void step(int32_t& id) {
+    check(dec_.sample(greedy_, {}, id), "sample");
+    check(dec_.eval({&id, 1}), "decode step");
+  }
+
+  // The mean of plan.breakdown_steps eager steps split by call (timestamps recorded between the calls),
+  // and of as many steps as the decoder runs them (graph replay on CUDA), forward only.
+  step_breakdown breakdown(int32_t& id) {
+    step_breakdown b;
+    const int n = plan_.breakdown_steps;
+    if (n < 1) return b;
+    timeline t;
+    t.reserve(4 * m_.layers().size() + 16);
+    std::vector<category> cats;
+    dec_.set_call_hook([&](gen::decoder::call c) {
+      t.record(dec_.stream());
+      cats.push_back(category_of(c));
+    });
+    for (int i = 0; i < n; ++i) {
+      t.clear();
+      cats.clear();
+      const size_t start = t.record(dec_.stream());
+      check(dec_.eval({&id, 1}), "eager step");
+      const size_t forward_end = t.record(dec_.stream());
+      check(dec_.sample(greedy_, {}, id), "sample");
+      const size_t end = t.record(dec_.stream());
+      for (size_t k = 0; k < cats.size(); ++k) b.ms[cats[k]] += t.ms(start + k, start + k + 1) / n;
+      b.eager_forward_ms += t.ms(start, forward_end) / n;
+      b.ms[cat_sampling] += t.ms(forward_end, end) / n;
+    }
+    dec_.set_call_hook({});
+    for (int i = 0; i < n; ++i) {
+      t.clear();
+      const size_t e0 = t.record(dec_.stream());
+      check(dec_.eval({&id, 1}), "step");
+      const size_t e1 = t.record(dec_.stream());
+      check(dec_.sample(greedy_, {}, id), "sample");
+      b.graph_forward_ms += t.ms(e0, e1) / n;
+    }
+    return b;
+  }
+
+  const gen::device_model& m_;
+  const bench_plan& plan_;
+  std::mt19937_64 rng_;
+  gen::decoder dec_;
+  launch::sampling_params greedy_;
+};
+
+// Runs the plan on model `m`; `tensors` (name, bytes) count the bytes per token.
+void run_model(model_result& r, const gen::device_model& m,
+               const std::vector<std::pair<std::string, uint64_t>>& tensors, const bench_plan& plan,
+               const device_facts& dev, int64_t n_batch, std::ostream& out) {
+  const io::model_hparams& h = m.hparams();
+  model_bench b(m, plan, n_batch);
+  r.weight_bytes = m.weight_bytes();
+  r.weight_bytes_per_token = weight_bytes_per_token(h, tensors);
+  r.state_bytes_per_token = 2.0 * double(b.recurrent_bytes());  // GDN state read + written
+  b.warm_up();
+  r.graphs = b.graphs();
+  for (int64_t p : plan.prompts) {
+    r.prefill.emplace_back(p, b.prefill(p));
+    std::fprintf(stderr, "  %s pp%lld: %.1f tok/s\n", r.name.c_str(), (long long)p, r.prefill.back().second);
+  }
+  for (int64_t c : plan.contexts) {
+    context_result d = b.decode(c);
+    d.kv_bytes = kv_bytes_at(h, c + plan.tg / 2);  // the mean context of the tg run
+    d.bytes_per_token = r.weight_bytes_per_token + r.state_bytes_per_token + d.kv_bytes;
+    if (dev.copy_gbps > 0) {
+      d.roofline_tok_s = dev.copy_gbps * 1e9 / d.bytes_per_token;
+      d.roofline_pct = 100.0 * d.tok_s / d.roofline_tok_s;
+    }
+    std::fprintf(stderr, "  %s tg%lld @ %lld: %.1f tok/s\n", r.name.c_str(), (long long)plan.tg, (long long)c, d.tok_s);
+    r.decode.push_back(d);
+  }
+  (void)out;
+}
+
+// ---- the synthetic models ----
+struct synthetic_entry {
+  std::string key, name;
+  io::model_hparams h;
+  bool tied = false;
+};
+
+template <class M>
+synthetic_entry entry(const char* key) {
+  return {key, std::string(M::name), io::hparams_of<M>(), M::tied_embeddings};
+}
+
+std::vector<synthetic_entry> synthetic_models() {
+  return {entry<models::qwen35_9b>("9B"),          entry<models::qwen35_35b_a3b>("35B-A3B"),
+          entry<models::qwen35_27b>("27B"),        entry<models::qwen35_9b_moe>("9B-MoE"),
+          entry<models::tiny_dense>("tiny-dense"), entry<models::tiny_moe>("tiny-moe")};
+}
+
+// ---- output ----
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) continue;
+    o += c;
+  }
+  return o;
+}
+
+std::string num(double v, int prec = 3) {
+  if (!std::isfinite(v)) return "null";
+  std::ostringstream s;
+  s.precision(prec);
+  s << std::fixed << v;
+  return s.str();
+}
+
+void write_json(const std::string& path, const device_facts& dev, const bench_plan& plan,
+                const std::vector<model_result>& results) {
+  std::ofstream f(path, std::ios::trunc);
+  if (!f) throw std::runtime_error("--bench-json: cannot write '" + path + "'");
+  f << "{\n  \"device\": \"" << json_escape(dev.name) << "\",\n";
+  f << "  \"backend\": \"" << (on_gpu ? "cuda" : "sim") << "\",\n";
+  f << "  \"meaningful\": " << (on_gpu ? "true" : "false") << ",\n";
+  f << "  \"copy_gbps\": " << num(dev.copy_gbps, 1) << ",\n";
+  f << "  \"tg_tokens\": " << plan.tg << ",\n  \"models\": [";
+  for (size_t i = 0; i < results.size(); ++i) {
+    const model_result& r = results[i];
+    f << (i ? "," : "") << "\n    {\"name\": \"" << json_escape(r.name) << "\", \"source\": \"" << json_escape(r.source)
+      << "\"";
+    if (!r.skipped.empty()) {
+      f << ", \"skipped\": \"" << json_escape(r.skipped) << "\"}";
+      continue;
+    }
+    f << ", \"weight_bytes\": " << r.weight_bytes << ", \"cuda_graphs\": " << (r.graphs ? "true" : "false")
+      << ",\n     \"weight_bytes_per_token\": " << num(r.weight_bytes_per_token, 0)
+      << ", \"gdn_state_bytes_per_token\": " << num(r.state_bytes_per_token, 0) << ",\n     \"prefill\": [";
+    for (size_t k = 0; k < r.prefill.size(); ++k)
+      f << (k ? ", " : "") << "{\"tokens\": " << r.prefill[k].first << ", \"tok_s\": " << num(r.prefill[k].second, 1)
+        << "}";
+    f << "],\n     \"decode\": [";
+    for (size_t k = 0; k < r.decode.size(); ++k) {
+      const context_result& d = r.decode[k];
+      f << (k ? "," : "") << "\n       {\"context\": " << d.context << ", \"tok_s\": " << num(d.tok_s, 1)
+        << ", \"ms_per_token\": " << num(d.ms_per_token, 4) << ", \"bytes_per_token\": " << num(d.bytes_per_token, 0)
+        << ", \"kv_bytes_per_token\": " << num(d.kv_bytes, 0) << ", \"roofline_tok_s\": " << num(d.roofline_tok_s, 1)
+        << ", \"roofline_pct\": " << num(d.roofline_pct, 1) << ", \"distinct_greedy_ids\": " << d.distinct_ids
+        << ", \"finite_logits\": " << (d.finite ? "true" : "false") << ",\n        \"step_ms\": {";
+      for (int c = 0; c < n_cat; ++c) f << (c ? ", " : "") << "\"" << category_keys[c] << "\": " << num(d.b.ms[c], 4);
+      f << ", \"eager_forward\": " << num(d.b.eager_forward_ms, 4)
+        << ", \"graph_forward\": " << num(d.b.graph_forward_ms, 4)
+        << ", \"eager_minus_graph\": " << num(d.b.eager_forward_ms - d.b.graph_forward_ms, 4) << "}}";
+    }
+    f << "]}";
+  }
+  f << "\n  ]\n}\n";
+}
+
+void print_table(std::ostream& out, const device_facts& dev, const bench_plan& plan,
+                 const std::vector<model_result>& results) {
+  char line[512];
+  out << "\n== q35 --bench: " << dev.name;
+  if (dev.copy_gbps > 0) out << ", measured copy bandwidth " << num(dev.copy_gbps, 0) << " GB/s";
+  out << " ==\n";
+  if (!on_gpu) out << "(sim backend: tiny shapes on the host emulator; these timings mean nothing for GPUs)\n";
+  std::snprintf(line, sizeof line, "%-26s %7s %-16s %6s %9s %8s %8s %10s %7s\n", "model", "GB", "prefill tok/s", "ctx",
+                "tg tok/s", "ms/tok", "GB/tok", "roof tok/s", "%roof");
+  out << line;
+  for (const model_result& r : results) {
+    if (!r.skipped.empty()) {
+      out << r.name << ": skipped (" << r.skipped << ")\n";
+      continue;
+    }
+    std::string pp;
+    for (const auto& [n, t] : r.prefill) {
+      if (!pp.empty()) pp += ' ';
+      pp += "pp";
+      pp += std::to_string(n);
+      pp += '=';
+      pp += num(t, 0);
+    }
+    for (size_t k = 0; k < r.decode.size(); ++k) {
+      const context_result& d = r.decode[k];
+      std::snprintf(line, sizeof line, "%-26s %7.2f %-16s %6lld %9.1f %8.3f %8.3f %10s %7s\n",
+                    k == 0 ? r.name.substr(0, 26).c_str() : "", k == 0 ? double(r.weight_bytes) * 1e-9 : 0.0,
+                    k == 0 ? pp.substr(0, 16).c_str() : "", (long long)d.context, d.tok_s, d.ms_per_token,
+                    d.bytes_per_token * 1e-9, d.roofline_tok_s > 0 ? num(d.roofline_tok_s, 0).c_str() : "-",
+                    d.roofline_tok_s > 0 ? num(d.roofline_pct, 1).c_str() : "-");
+      out << line;
+      if (k == 0 && pp.size() > 16) out << "    prefill: " << pp << "\n";
+    }
+    for (const context_result& d : r.decode) {
+      out << "    step @ ctx " << d.context << " (us, eager, split by call):";
+      for (int c = 0; c < n_cat; ++c)
+        if (d.b.ms[c] > 0) out << " " << category_names[c] << " " << num(1e3 * d.b.ms[c], 1) << ";";
+      out << " eager fwd " << num(1e3 * d.b.eager_forward_ms, 1) << ", " << (r.graphs ? "graph" : "as run") << " fwd "
+          << num(1e3 * d.b.graph_forward_ms, 1) << ", gap "
+          << num(1e3 * (d.b.eager_forward_ms - d.b.graph_forward_ms), 1) << (d.finite ? "" : "  NON-FINITE LOGITS")
+          << "\n";
+    }
+  }
+  (void)plan;
+}
+
+std::string default_json_path(const device_facts& dev) {
+  std::string n;
+  for (char c : dev.name) n += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return "bench_" + n + ".json";
+}
+
+}  // namespace
+
+int run_bench(const options& opt, std::ostream& out) {
+  bench_plan plan;
+  plan.contexts = !opt.bench_contexts.empty() ? opt.bench_contexts
+                  : on_gpu                    ? std::vector<int64_t>{0, 4096, 32768}
+                                              : std::vector<int64_t>{0, 48};
+  plan.prompts = !opt.bench_prompts.empty() ? opt.bench_prompts
+                 : on_gpu                   ? std::vector<int64_t>{512, 4096}
+                                            : std::vector<int64_t>{32};
+  plan.tg = opt.n_predict > 0 ? opt.n_predict : on_gpu ? 128 : 4;
+  plan.breakdown_steps = on_gpu ? 8 : 1;
+
+  const device_facts dev = query_device();
+  const std::string json_path = opt.bench_json_path.empty() ? default_json_path(dev) : opt.bench_json_path;
+  std::vector<model_result> results;
+  bool all_finite = true;
+  auto finish_model = [&](model_result& r) {
+    for (const context_result& d : r.decode) all_finite = all_finite && d.finite;
+    results.push_back(r);
+    write_json(json_path, dev, plan, results);  // rewritten after every model: a time-out keeps what was done
+  };
+
+  if (!opt.model_path.empty()) {
+    const io::gguf_file f = io::gguf_file::open(opt.model_path);
+    model_result r;
+    const io::bound_model m = bind_any_model(f, r.name);
+    r.source = opt.model_path;
+    gen::device_model dm;
+    check(dm.load(f, m), "loading " + opt.model_path);
+    std::vector<std::pair<std::string, uint64_t>> tensors;
+    for (const io::tensor_info& t : f.tensors()) tensors.emplace_back(t.name, t.n_bytes);
+    std::fprintf(stderr, "benchmarking %s (%s)\n", r.name.c_str(), opt.model_path.c_str());
+    run_model(r, dm, tensors, plan, dev, opt.n_batch, out);
+    finish_model(r);
+  } else {
+    std::vector<std::string> keys = opt.bench_models;
+    if (keys.empty())
+      keys = on_gpu ? std::vector<std::string>{"9B", "35B-A3B", "27B", "122B-A10B"}
+                    : std::vector<std::string>{"tiny-dense", "tiny-moe"};
+    const std::vector<synthetic_entry> known = synthetic_models();
+    for (const std::string& key : keys) {
+      const auto it = std::find_if(known.begin(), known.end(),
+                                   [&](const synthetic_entry& e) { return e.key == key || e.name == key; });
+      model_result r;
+      r.name = key;
+      r.source = "synthetic Q4_K_M (random weights built on the device)";
+      if (it == known.end()) {
+        r.skipped =
+            "no traits for this model in include/q35/models; known: 9B, 27B, 35B-A3B, 9B-MoE, tiny-dense, tiny-moe";
+        finish_model(r);
+        continue;
+      }
+      r.name = it->name;
+      const std::vector<gen::synth_tensor> layout = gen::synth_layout(it->h, it->tied);
+      const uint64_t bytes = layout.back().offset + layout.back().n_bytes;
+      // weights + KV at the largest context + workspaces and activations (a generous 4 GiB)
+      const int64_t max_ctx = *std::max_element(plan.contexts.begin(), plan.contexts.end()) + plan.tg + 64;
+      const uint64_t need = bytes + uint64_t(kv_bytes_at(it->h, max_ctx)) + (uint64_t(4) << 30);
+      const uint64_t free_bytes = free_device_bytes();
+      if (on_gpu && need > free_bytes) {
+        r.skipped = "needs ~" + num(double(need) * 1e-9, 1) + " GB of device memory, " +
+                    num(double(free_bytes) * 1e-9, 1) + " GB free";
+        std::fprintf(stderr, "%s: skipped (%s)\n", r.name.c_str(), r.skipped.c_str());
+        finish_model(r);
+        continue;
+      }
+      std::fprintf(stderr, "building %s: synthetic Q4_K_M, %.2f GB on the device\n", r.name.c_str(),
+                   double(bytes) * 1e-9);
+      const auto t0 = clock_type::now();
+      gen::synth_model sm;
+      check(sm.build(it->h, it->tied, 0x9e3779b97f4a7c15ull), "building " + r.name);
+      std::fprintf(stderr, "  built in %.2f s\n", seconds_since(t0));
+      std::vector<std::pair<std::string, uint64_t>> tensors;
+      for (const gen::synth_tensor& t : sm.tensors()) tensors.emplace_back(t.name, t.n_bytes);
+      run_model(r, sm.model(), tensors, plan, dev, opt.n_batch, out);
+      finish_model(r);
+    }
+  }
+  print_table(out, dev, plan, results);
+  out << "JSON: " << json_path << "\n";
+  if (!all_finite) {
+    std::cerr << "--bench: a model produced non-finite logits\n";
+    return failure_exit_code;
+  }
+  return 0;
+}
+
+}  // namespace q35::cli

@@ -1,0 +1,117 @@
+// synth_model: a full-size Qwen3.5 model built in device memory with random weights in the per-tensor
+// formats of a llama-quantize Q4_K_M file (spec §3.3), for benchmarks without a multi-GB download.
+// The bytes come from a device kernel; block scales are patched so activations stay finite.
+//
+//   gen::synth_model s;  Q35_TRY(s.build(io::hparams_of<models::qwen35_9b>(), false, seed));
+//   gen::decoder d;      Q35_TRY(d.init(s.model(), cfg));
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "device_model.hpp"
+#include "q35/arch/thread.hpp"
+#include "q35/core/dim3.hpp"
+#include "q35/io/ggml_types.hpp"
+#include "q35/io/model_hparams.hpp"
+#include "q35/io/model_weights.hpp"
+#include "q35/io/tensor_catalogue.hpp"
+
+namespace q35::gen {
+
+// Fills one tensor: random 16-bit units, with the f16 scale fields of each quantized block set to fixed
+// values (q4_K: d and dmin, the first two units of 72; q6_K: d, the last unit of 105), or f32 values
+// uniform in [center - spread, center + spread].
+// Thread-to-data mapping: a grid-stride loop, one 16-bit unit (or one float) per thread per trip.
+struct synth_fill_kernel {
+  enum class mode : int { f32, q4_k, q6_k };
+  struct params {
+    void* data;       // device: the tensor's bytes (2-byte aligned; 4-byte for f32)
+    int64_t n_units;  // 16-bit units (quantized modes) or floats (f32 mode)
+    mode m;
+    float center, spread;        // f32 mode
+    uint16_t d_bits, dmin_bits;  // quantized modes: f16 bits of every block's d (and q4_K dmin)
+    uint64_t seed;
+  };
+  struct shared_storage {};
+  static constexpr int threads = 256;
+  static constexpr int64_t max_blocks = 4096;  // grid-stride beyond this
+  static dim3 grid(const params& p) {
+    const int64_t b = (p.n_units + threads - 1) / threads;
+    return dim3(unsigned(b < max_blocks ? b : max_blocks));
+  }
+
+  // splitmix64 of (seed, i): independent 64 random bits per unit.
+  Q35_HOST_DEVICE static uint64_t random_bits(uint64_t seed, int64_t i) {
+    uint64_t z = seed + uint64_t(i) * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  // The 16-bit unit i of a quantized tensor.
+  Q35_HOST_DEVICE static uint16_t quant_unit(const params& p, int64_t i) {
+    const uint16_t r = uint16_t(random_bits(p.seed, i) >> 48);
+    if (p.m == mode::q4_k) {
+      const int64_t u = i % 72;  // 144-byte block: d, dmin, 12 scale bytes, 128 nibble bytes
+      return u == 0 ? p.d_bits : u == 1 ? p.dmin_bits : r;
+    }
+    return i % 105 == 104 ? p.d_bits : r;  // 210-byte block: ql, qh, int8 scales, then d
+  }
+  // Float i of an f32 tensor: center + spread * u, u uniform in [-1, 1).
+  Q35_HOST_DEVICE static float f32_value(const params& p, int64_t i) {
+    const float u = float(random_bits(p.seed, i) >> 40) * (1.0f / float(1 << 23)) - 1.0f;
+    return p.center + p.spread * u;
+  }
+
+  Q35_DEVICE void operator()(const params& p, shared_storage&) const {
+    const int64_t stride = int64_t(arch::grid_dim().x) * threads;
+    for (int64_t i = int64_t(arch::block_idx().x) * threads + arch::thread_rank(); i < p.n_units; i += stride) {
+      if (p.m == mode::f32) {
+        static_cast<float*>(p.data)[i] = f32_value(p, i);
+      } else {
+        static_cast<uint16_t*>(p.data)[i] = quant_unit(p, i);
+      }
+    }
+  }
+};
+
+// A tensor of the synthetic model: its Q4_K_M type and shape, and where it lies in the one allocation.
+struct synth_tensor {
+  std::string name;
+  io::ggml_type type = io::ggml_type::f32;
+  io::tensor_shape ne{1, 1, 1, 1};
+  uint64_t offset = 0, n_bytes = 0;
+};
+
+// The type llama-quantize's Q4_K_M gives tensor `name` of `h` (spec §3.3): q4_K by default; output q6_K;
+// token_embd q6_K when tied; attn_v, GDN attn_qkv and ffn_down(_exps/_shexp) q6_K on the "more bits"
+// layers i < n/8 || i >= 7n/8 || (i - n/8) % 3 == 2; 1-D tensors, norms, ssm_conv1d, ffn_gate_inp* f32.
+io::ggml_type q4_k_m_type(const io::model_hparams& h, const io::expected_tensor& t, bool tied);
+
+// Every tensor of `h` (no output.weight when tied), 256-byte aligned one after another.
+std::vector<synth_tensor> synth_layout(const io::model_hparams& h, bool tied);
+
+// Launches the fill of `t` at `base` (device) with the value ranges the model math wants (see .cpp).
+status fill_tensor(uint8_t* base, const synth_tensor& t, const io::model_hparams& h, uint64_t seed, stream_t s);
+
+class synth_model {
+ public:
+  // Allocates and fills every tensor of `h` on the device (`tied`: token_embd doubles as the LM head).
+  status build(const io::model_hparams& h, bool tied, uint64_t seed, stream_t s = nullptr);
+
+  const device_model& model() const { return model_; }
+  const std::vector<synth_tensor>& tensors() const { return layout_; }
+  uint64_t bytes() const { return data_.bytes(); }
+  bool tied() const { return tied_; }
+
+ private:
+  device_buffer<uint8_t> data_;
+  std::vector<synth_tensor> layout_;
+  std::vector<io::tensor_info> infos_;  // what model_weights points into
+  device_model model_;
+  bool tied_ = false;
+};
+
+}  // namespace q35::gen
