@@ -75,7 +75,7 @@ Q35_HOST_DEVICE uint32_t byte_window(uint32_t lo, uint32_t hi, int shift_bytes) 
 }
 
 // x rounded to the nearest integer, ties to even (|x| < 2^31).
-Q35_DEVICE int32_t float_to_int_rn(float x) {
+Q35_HOST_DEVICE int32_t float_to_int_rn(float x) {
 #if Q35_DEVICE_PASS
   return __float2int_rn(x);
 #else
@@ -84,7 +84,7 @@ Q35_DEVICE int32_t float_to_int_rn(float x) {
 }
 
 // float(v), rounded to nearest even.
-Q35_DEVICE float int_to_float_rn(int32_t v) {
+Q35_HOST_DEVICE float int_to_float_rn(int32_t v) {
 #if Q35_DEVICE_PASS
   return __int2float_rn(v);
 #else

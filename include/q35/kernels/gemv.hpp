@@ -185,8 +185,9 @@ struct act16_quantize_kernel {
     Q35_UNROLL
     for (int k = 0; k < n / 8; ++k)
       arch::store_16(out + 4 * k, vec16<uint32_t>{{q[4 * k], q[4 * k + 1], q[4 * k + 2], q[4 * k + 3]}});
-    arch::store_16(reinterpret_cast<uint32_t*>(p.groups + gi),
-                   vec16<uint32_t>{{float_bits(g.scale), float_bits(g.sum), uint32_t(g.sum_lo), uint32_t(g.sum_hi)}});
+    arch::store_16(
+        reinterpret_cast<uint32_t*>(p.groups + gi),
+        vec16<uint32_t>{{float_bits(g.scale), float_bits(g.sum), uint32_t(g.neg32_sum_lo), uint32_t(g.neg32_sum_hi)}});
   }
 };
 

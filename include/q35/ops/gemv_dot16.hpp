@@ -4,7 +4,8 @@
 //
 // Per 32-element activation group (16 for Q6_K's scales) the products are summed exactly in int32
 // by dp2a, then scaled in fp32:  acc += scale_g * (d_sub * S_qx - m_sub * S_q)  (K-quant min), or
-// acc += scale_g * d * (S_qx - zero * S_q)  (zero point folded into the integer sum).
+// acc += scale_g * d * (S_qx - zero * S_q)  (zero point folded into the integer sum, which starts
+// from the group record's -32 S_q).
 // Formats without a specialisation (f32, f16, bf16) take the engine's float path.
 #pragma once
 
@@ -44,21 +45,22 @@ Q35_DEVICE void load_words(const uint8_t* p, uint32_t (&w)[4 * N]) {
   }
 }
 
-// Activation group gi (elements 32 gi .. 32 gi + 31) of token t: 16 words and the group record.
-Q35_DEVICE void load_group(const act16_in& in, int t, int64_t gi, uint32_t (&x)[16], quant::act16_group& g) {
+// Activation group g0 + gi (elements 32 (g0 + gi) ...) of token t: 16 words and the group record.
+// gi is a compile-time constant after unrolling, so it folds into the loads' immediate offsets.
+Q35_DEVICE void load_group(const act16_in& in, int t, int64_t g0, int gi, uint32_t (&x)[16], quant::act16_group& g) {
   const int64_t row_groups = in.cols / quant::act16_group_elems;
-  const auto* q = reinterpret_cast<const uint32_t*>(in.q + t * in.cols) + gi * 16;
+  const auto* q = reinterpret_cast<const uint32_t*>(in.q) + (t * row_groups + g0) * 16 + gi * 16;
   Q35_UNROLL
   for (int k = 0; k < 4; ++k) {
     const vec16<uint32_t> v = arch::load_16(q + 4 * k);
     Q35_UNROLL
     for (int i = 0; i < 4; ++i) x[4 * k + i] = v[i];
   }
-  const vec16<uint32_t> r = arch::load_16(reinterpret_cast<const uint32_t*>(in.groups + t * row_groups + gi));
+  const vec16<uint32_t> r = arch::load_16(reinterpret_cast<const uint32_t*>(in.groups + (t * row_groups + g0) + gi));
   g.scale = bits_float(r[0]);
   g.sum = bits_float(r[1]);
-  g.sum_lo = int32_t(r[2]);
-  g.sum_hi = int32_t(r[3]);
+  g.neg32_sum_lo = int32_t(r[2]);
+  g.neg32_sum_hi = int32_t(r[3]);
 }
 
 // The 4 bytes at byte offset `b` (a compile-time constant after unrolling) of words u.
@@ -111,10 +113,10 @@ struct dot16<quant::q4_k_format> {
         if (t >= n_tok) break;
         uint32_t x[16];
         quant::act16_group g;
-        detail::load_group(in, t, g0 + 2 * c, x, g);
+        detail::load_group(in, t, g0, 2 * c, x, g);
         // acc += scale * (d_j * sum q x - m_j * sum x)
         acc[t] += g.scale * (d0 * arch::int_to_float_rn(quant::dot_u8<8>(lo, x)) - m0 * g.sum);
-        detail::load_group(in, t, g0 + 2 * c + 1, x, g);
+        detail::load_group(in, t, g0, 2 * c + 1, x, g);
         acc[t] += g.scale * (d1 * arch::int_to_float_rn(quant::dot_u8<8>(hi, x)) - m1 * g.sum);
       }
     }
@@ -150,9 +152,9 @@ struct dot16<quant::q5_k_format> {
         if (t >= n_tok) break;
         uint32_t x[16];
         quant::act16_group g;
-        detail::load_group(in, t, g0 + 2 * c, x, g);
+        detail::load_group(in, t, g0, 2 * c, x, g);
         acc[t] += g.scale * (d0 * arch::int_to_float_rn(quant::dot_u8<8>(lo, x)) - m0 * g.sum);
-        detail::load_group(in, t, g0 + 2 * c + 1, x, g);
+        detail::load_group(in, t, g0, 2 * c + 1, x, g);
         acc[t] += g.scale * (d1 * arch::int_to_float_rn(quant::dot_u8<8>(hi, x)) - m1 * g.sum);
       }
     }
@@ -184,7 +186,8 @@ struct dot16<quant::q6_k_format> {
       for (int h = 0; h < 2; ++h) {
         Q35_UNROLL
         for (int k = 0; k < 4; ++k) {
-          // elements 128 h + 32 k + l: ql[64 h + 32 (k % 2) + l] >> 4 (k / 2), qh[32 h + l] >> 2 k
+          // elements 128 h + 32 k + l: ql[64 h + 32 (k % 2) + l] >> 4 (k / 2), qh[32 h + l] >> 2 k (for odd j
+          // each word is a funnel shift of two loaded words, which ptxas merges with the nibble shift)
           uint32_t q[8];
           Q35_UNROLL
           for (int i = 0; i < 8; ++i)
@@ -196,9 +199,9 @@ struct dot16<quant::q6_k_format> {
             if (t >= n_tok) break;
             uint32_t x[16];
             quant::act16_group g;
-            detail::load_group(in, t, g0 + 8 * j + 4 * h + k, x, g);
-            const int32_t s0 = quant::dot_u8<4>(q, x, -32 * g.sum_lo);
-            const int32_t s1 = quant::dot_u8<4>(q + 4, x + 8, -32 * g.sum_hi);
+            detail::load_group(in, t, g0, 8 * j + 4 * h + k, x, g);
+            const int32_t s0 = quant::dot_u8<4>(q, x, g.neg32_sum_lo);
+            const int32_t s1 = quant::dot_u8<4>(q + 4, x + 8, g.neg32_sum_hi);
             // acc += scale * (d sc_a * sum (q - 32) x + d sc_b * ...)
             acc[t] += g.scale * (ds[sg] * arch::int_to_float_rn(s0) + ds[sg + 1] * arch::int_to_float_rn(s1));
           }
@@ -227,7 +230,7 @@ struct dot16<quant::q8_0_format> {
         if (t >= n_tok) break;
         uint32_t x[16];
         quant::act16_group g;
-        detail::load_group(in, t, g0 + j, x, g);
+        detail::load_group(in, t, g0, j, x, g);
         // acc += scale * d * sum q x
         acc[t] += g.scale * (d * arch::int_to_float_rn(quant::dot_s8<8>(q, x)));
       }
@@ -258,8 +261,8 @@ struct dot16<quant::q4_0_format> {
         if (t >= n_tok) break;
         uint32_t x[16];
         quant::act16_group g;
-        detail::load_group(in, t, g0 + j, x, g);
-        const int32_t s = quant::dot_u8<8>(q, x, -8 * (g.sum_lo + g.sum_hi));
+        detail::load_group(in, t, g0, j, x, g);
+        const int32_t s = quant::dot_u8<8>(q, x, (g.neg32_sum_lo + g.neg32_sum_hi) >> 2);  // -8 sum q (exact)
         acc[t] += g.scale * (d * arch::int_to_float_rn(s));
       }
     }

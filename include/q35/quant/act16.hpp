@@ -25,10 +25,10 @@ inline constexpr int act16_qmax = 32767;
 
 // One group's scale and sums of its quantized values (16 bytes, one vector load).
 struct act16_group {
-  float scale;     // x ~= scale * q; NaN when the group holds a NaN or an infinity
-  float sum;       // sum of q over the 32 elements (exact: |sum| < 2^24)
-  int32_t sum_lo;  // sum of q over elements 0..15
-  int32_t sum_hi;  // sum of q over elements 16..31
+  float scale;           // x ~= scale * q; NaN when the group holds a NaN or an infinity
+  float sum;             // sum of q over the 32 elements (exact: |sum| < 2^24)
+  int32_t neg32_sum_lo;  // -32 * (sum of q over elements 0..15): Q6_K's offset, the start of its dp2a chain
+  int32_t neg32_sum_hi;  // -32 * (sum of q over elements 16..31)
 };
 static_assert(sizeof(act16_group) == 16);
 
@@ -79,8 +79,8 @@ Q35_HOST_DEVICE void quantize_group(const float (&x)[act16_group_elems], uint32_
   }
   g.scale = finite ? scale : NAN;
   g.sum = float(s_lo + s_hi);
-  g.sum_lo = s_lo;
-  g.sum_hi = s_hi;
+  g.neg32_sum_lo = -32 * s_lo;
+  g.neg32_sum_hi = -32 * s_hi;
 }
 
 }  // namespace q35::quant
