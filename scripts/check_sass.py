@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Static evidence for the GEMV engine from SASS: per gemv_kernel instance (sm_90 by default), the
+issued instructions per weight in the hot loop, the 16-byte loads in flight per lane, registers,
+local memory and theoretical occupancy. Exits 1 when a 1-token Q4_K, Q6_K or Q8_0 integer-path
+instance is over its instruction budget, or when any GEMV instance spills or touches local memory.
+
+usage: check_sass.py BINARY [--arch sm_90] [--cuobjdump PATH] [--all]
+
+How it counts (see docs/benchmarks.md):
+- hot loop: the backward branch (BRA to a lower address) whose body [target, branch] holds the most
+  IDP.2A (dp2a; integer path) or FFMA (float path) instructions; its static instruction count is what one
+  trip issues (the body is straight-line apart from the per-token `t < n_tok` exits).
+- weights per trip: integer path 2 * IDP.2A / NTokens (each is two multiply-adds of one token);
+  float path FFMA / NTokens.
+- loads in flight: walking the loop body in order, the most LDG.128 whose destination registers
+  have not yet been read by a later instruction.
+- occupancy (sm_90: 64K registers, 2048 threads, 32 blocks per SM; registers allocated per warp in
+  units of 256): resident warps / 64.
+Budget: <= 1.5 issued instructions per Q4_K weight (4.5 bits), others in proportion to their bits
+per weight: Q6_K 1.5 * 6.5625 / 4.5, Q8_0 1.5 * 8.5 / 4.5.
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+BITS = {"q4_k": 4.5, "q5_k": 5.5, "q6_k": 6.5625, "q8_0": 8.5, "q4_0": 4.5}
+BUDGET_Q4K = 1.5
+ENFORCED = ("q4_k", "q6_k", "q8_0")
+INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\s*([^;]*);")
+FUNC = re.compile(r"Function : (\S+)")
+RES = re.compile(r"Function (\S+):\s*\n\s*REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
+REG = re.compile(r"\bR(\d+)\b")
+GEMV = re.compile(r"gemv_kernel<q35::quant::(\w+)_format, [^>]*>, (\d+), \(q35::ops::epilogue\)(\d), (true|false), (true|false)>")
+EPILOGUES = ["store", "residual", "swiglu"]
+
+
+def find_tool(name, given):
+    if given:
+        return given
+    found = shutil.which(name)
+    if found:
+        return found
+    try:  # the PyPI wheel (nvidia-cuda-cuobjdump) installs it under site-packages/nvidia/cu*/bin
+        import nvidia  # noqa: F401
+
+        for root in nvidia.__path__:
+            for sub in sorted(os.listdir(root)):
+                cand = os.path.join(root, sub, "bin", name)
+                if os.path.exists(cand):
+                    return cand
+    except ImportError:
+        pass
+    sys.exit(f"check_sass: {name} not found (pip install nvidia-cuda-cuobjdump)")
+
+
+def demangle(names):
+    out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True, check=True).stdout
+    return dict(zip(names, out.splitlines()))
+
+
+def parse_sass(text):
+    funcs, cur = {}, None
+    for line in text.splitlines():
+        m = FUNC.search(line)
+        if m:
+            cur = m.group(1)
+            funcs[cur] = []
+            continue
+        m = INSTR.search(line)
+        if m and cur:
+            funcs[cur].append((int(m.group(1), 16), m.group(3), m.group(4).strip()))
+    return funcs
+
+
+def hot_loop(instrs, key_op):
+    best = None
+    for i, (addr, op, args) in enumerate(instrs):
+        if op != "BRA":
+            continue
+        t = re.search(r"0x([0-9a-f]+)", args)
+        if not t or int(t.group(1), 16) >= addr:
+            continue
+        target = int(t.group(1), 16)
+        body = [x for x in instrs[: i + 1] if x[0] >= target]
+        n_key = sum(1 for x in body if x[1].startswith(key_op))
+        if n_key and (best is None or n_key > best[1]):
+            best = (body, n_key)
+    return best
+
+
+def regs_of(args, width=1):
+    out = set()
+    for m in REG.finditer(args):
+        out.update(range(int(m.group(1)), int(m.group(1)) + width))
+    return out
+
+
+def loads_in_flight(body):
+    pending, most = [], 0
+    for _, op, args in body:
+        ops = [a.strip() for a in args.split(",")]
+        reads = set()
+        for a in ops[1:] if not op.startswith(("ST", "RED", "BRA")) else ops:
+            reads |= regs_of(a)
+        pending = [p for p in pending if not (p & reads)]
+        if op.startswith("LDG") and ".128" in op and ops:
+            pending.append(regs_of(ops[0], 4))
+            most = max(most, len(pending))
+    return most
+
+
+def occupancy(regs, threads):
+    warps_per_block = threads // 32
+    regs_per_warp = -(-regs * 32 // 256) * 256
+    warps_by_regs = 65536 // regs_per_warp if regs_per_warp else 64
+    blocks = min(32, warps_by_regs // warps_per_block, 2048 // threads)
+    return blocks * warps_per_block / 64.0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("binary")
+    ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("--cuobjdump")
+    ap.add_argument("--all", action="store_true", help="also list float-path instances")
+    ap.add_argument("--threads", type=int, default=32, help="threads per GEMV block (ops::gemv_policy)")
+    a = ap.parse_args()
+    tool = find_tool("cuobjdump", a.cuobjdump)
+    sass = subprocess.run([tool, "-sass", "-arch", a.arch, a.binary], capture_output=True, text=True, check=True).stdout
+    res_text = subprocess.run([tool, "-res-usage", "-arch", a.arch, a.binary], capture_output=True, text=True,
+                              check=True).stdout
+    res = {m.group(1): tuple(int(m.group(k)) for k in range(2, 6)) for m in RES.finditer(res_text)}
+    funcs = parse_sass(sass)
+    names = demangle(list(funcs))
+    rows, failures = [], []
+    for mangled, instrs in funcs.items():
+        m = GEMV.search(names[mangled])
+        if not m:
+            continue
+        fmt, ntok, epi, indexed, act16 = m.group(1), int(m.group(2)), int(m.group(3)), m.group(4) == "true", m.group(5) == "true"
+        if not act16 and not a.all:
+            continue
+        reg, stack, _, local = res.get(mangled, (0, 0, 0, 0))
+        local_ops = sum(1 for x in instrs if x[1].startswith(("LDL", "STL")))
+        loop = hot_loop(instrs, "IDP.2A" if act16 else "FFMA")
+        if loop:
+            body, n_key = loop
+            weights = (2 * n_key if act16 else n_key) / ntok
+            per_weight = len(body) / weights
+            in_flight = loads_in_flight(body)
+        else:
+            per_weight, in_flight, body = float("nan"), 0, []
+        label = f"{fmt} {'int16' if act16 else 'float'} {ntok} tok {EPILOGUES[epi]}{' experts' if indexed else ''}"
+        budget = BUDGET_Q4K * BITS[fmt] / BITS["q4_k"] if act16 and fmt in BITS else None
+        rows.append((label, len(body), per_weight, budget, in_flight, reg, stack + local, local_ops,
+                     occupancy(reg, a.threads)))
+        if stack or local or local_ops:
+            failures.append(f"{label}: {stack} B stack, {local} B local, {local_ops} local-memory instructions")
+        if act16 and ntok == 1 and fmt in ENFORCED:
+            if not per_weight <= budget:
+                failures.append(f"{label}: {per_weight:.2f} instructions per weight > budget {budget:.2f}")
+    rows.sort()
+    # instr/w: per weight streamed (all tokens of the pass); /w/tok: per weight and token
+    print(f"{'instance (' + a.arch + ')':44} {'loop':>5} {'instr/w':>7} {'/w/tok':>6} {'budget':>6} {'ldg128':>6} "
+          f"{'regs':>4} {'local':>5} {'occ':>5}")
+    for label, n, pw, budget, fl, reg, loc, lops, occ in rows:
+        b = f"{budget:.2f}" if budget else "-"
+        ntok = int(label.split()[2])
+        print(f"{label:44} {n:5d} {pw:7.2f} {pw / ntok:6.2f} {b:>6} {fl:6d} {reg:4d} {loc + lops:5d} {occ:5.2f}")
+    if not rows:
+        failures.append("no gemv_kernel instance found in " + a.binary)
+    for f in failures:
+        print("FAIL:", f)
+    print(f"check_sass: {len(rows)} GEMV instances, {len(failures)} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
