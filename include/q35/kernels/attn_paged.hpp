@@ -21,7 +21,6 @@
 #include "q35/core/dim3.hpp"
 #include "q35/core/vec.hpp"
 #include "q35/ops/attention.hpp"
-#include "q35/warp/reduce.hpp"
 
 namespace q35::kernels {
 
@@ -131,19 +130,25 @@ struct attn_paged_kernel {
         ops::load_kv_chunk<T, elems>(p.v_cache + off + u * HeadDim, vx[u]);
       }
       // s[r][u] = q_r . k_u (scaled), -inf where key k0 + u is outside the split or after the row's token
+      float dots[Rows * U];
+      Q35_UNROLL
+      for (int r = 0; r < Rows; ++r) {
+        Q35_UNROLL
+        for (int u = 0; u < U; ++u) {
+          float d = 0.0f;
+          Q35_UNROLL
+          for (int e = 0; e < elems; ++e) d += q[r][e] * kx[u][e];
+          dots[r * U + u] = d;
+        }
+      }
+      ops::segment_sum_all<lanes>(dots);
       float sc[Rows][U];
       Q35_UNROLL
       for (int u = 0; u < U; ++u) {
         const int key = k0 + u;
         const bool live = g < n_groups && key < ke;
         Q35_UNROLL
-        for (int r = 0; r < Rows; ++r) {
-          float d = 0.0f;
-          Q35_UNROLL
-          for (int e = 0; e < elems; ++e) d += q[r][e] * kx[u][e];
-          d = warp::reduce_sum<lanes>(d);
-          sc[r][u] = live && key < lim[r] ? d : -INFINITY;
-        }
+        for (int r = 0; r < Rows; ++r) sc[r][u] = live && key < lim[r] ? dots[r * U + u] : -INFINITY;
         if (!live) {  // unwritten slots may hold any bits: keep them out of o
           Q35_UNROLL
           for (int e = 0; e < elems; ++e) vx[u][e] = 0.0f;

@@ -3,8 +3,12 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
+#include <utility>
 
 #include "q35/arch/math.hpp"
+#include "q35/arch/shuffle.hpp"
+#include "q35/arch/thread.hpp"
 #include "q35/arch/vector_load.hpp"
 #include "q35/core/config.hpp"
 #include "q35/core/numeric.hpp"
@@ -24,6 +28,52 @@ Q35_DEVICE void load_kv_chunk(const T* p, float (&x)[E]) {
     Q35_UNROLL
     for (int j = 0; j < per; ++j) x[c * per + j] = to_float(v[j]);
   }
+}
+
+namespace detail {
+
+// One pair exchange of the transposed reduction: keep one of (lo, hi), send the other to the lane
+// `Off` away, add what it sends back. Takes values, not lvalues: a conditional address would put the
+// caller's array in local memory.
+template <int L, int Off>
+Q35_DEVICE float exchange_half(float lo, float hi, bool upper) {
+  const float send = upper ? lo : hi;
+  const float keep = upper ? hi : lo;
+  return keep + arch::shfl_xor(send, Off, L);
+}
+
+// Steps of the reduce-scatter with Half values exchanged at lane offset Off, then the next ones.
+// Index sequences rather than loops: every index into v is a constant whether or not loops unroll.
+template <int L, int Half, int Off, int N, size_t... I>
+Q35_DEVICE void scatter_steps(float (&v)[N], int lane, std::index_sequence<I...>) {
+  const bool upper = (lane & Off) != 0;
+  ((v[I] = exchange_half<L, Off>(v[I], v[I + Half], upper)), ...);
+  if constexpr (Half > 1) scatter_steps<L, Half / 2, Off / 2>(v, lane, std::make_index_sequence<Half / 2>{});
+}
+
+template <int L, int N, size_t... I>
+Q35_DEVICE void gather_all(float (&v)[N], float sum, std::index_sequence<I...>) {
+  ((v[I] = arch::shfl_idx(sum, int(I) * (L / N), L)), ...);
+}
+
+}  // namespace detail
+
+// Sums each of the N values over the L lanes of a segment and leaves all N sums in every lane of it,
+// in (N - 1) + log2(L / N) + N shuffles instead of the N log2(L) of N butterflies: a transposed
+// reduce-scatter (at the step with lane offset o, a lane keeps the half of its values selected by
+// its o bit and adds the partner's copy of that half), the rest of the butterfly on the one value
+// left (index j = lane / (L / N)), then an all-gather from lanes j * (L / N). Every lane receives the
+// same bits for sum j. All lanes of the warp must call it.
+template <int L, int N>
+Q35_DEVICE void segment_sum_all(float (&v)[N]) {
+  static_assert(N >= 1 && N <= L && (N & (N - 1)) == 0 && L <= warp_size && (L & (L - 1)) == 0,
+                "N and L: powers of two, N <= L <= 32");
+  const int lane = arch::lane_id() & (L - 1);
+  if constexpr (N > 1) detail::scatter_steps<L, N / 2, L / 2>(v, lane, std::make_index_sequence<N / 2>{});
+  float sum = v[0];
+  Q35_UNROLL
+  for (int off = L / N / 2; off > 0; off /= 2) sum += arch::shfl_xor(sum, off, L);
+  detail::gather_all<L>(v, sum, std::make_index_sequence<N>{});
 }
 
 // Online softmax over keys for R query rows, one lane's E output dims of each:
