@@ -197,7 +197,7 @@ TEST_CASE("attention decode: a 32768-token context" * test::needs_device()) {
     for (int64_t j = 0; j < n; ++j) z += std::exp(sc[size_t(j)] - mx);
     for (int64_t j : needles) share += std::exp(sc[size_t(j)] - mx) / z;
     MESSAGE("softmax weight of the needles (head 0): " << share);
-    CHECK(share > 0.3);  // ~0.1 each: a missing needle moves outputs ~30x beyond the bound
+    CHECK(share > 0.3);  // ~0.1 each: a missing needle moves outputs over 10x past the bound
   }
   c.fill_direct(0, n - 1);
   for (int splits : {0, 1}) {
