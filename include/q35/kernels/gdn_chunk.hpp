@@ -6,8 +6,9 @@
 //   Aqk_ij = (q_i . k_j) e^(G_i - G_j) for j <= i, else 0
 // and replaces g by G. Rows past the sequence end count as padding (beta = 0, g = 0, q = k = v = 0).
 //
-// Thread-to-data mapping: block (chunk x, v-head j, sequence i). Entries of A and Aqk are spread
-// over the threads; in the substitution each thread owns whole columns of [beta v | beta e^G k].
+// Thread-to-data mapping: block (chunk x, v-head j, sequence i). Each thread computes a 4 x 4 tile
+// of A and Aqk (rows and columns strided by 16, so a warp's loads hit distinct banks); in the
+// substitution each thread owns whole columns of [beta v | beta e^G k].
 #pragma once
 
 #include <algorithm>
@@ -84,22 +85,38 @@ struct gdn_chunk_kernel {
     arch::sync_block();
     if (tid < nr) p.t.g[(r0 + tid) * n_v + j] = s.g[tid];
 
-    // A_ij = beta_i (k_i . k_j) e^(G_i - G_j), j < i;   Aqk_ij = (q_i . k_j) e^(G_i - G_j), j <= i
-    for (int e = tid; e < chunk * chunk; e += threads) {
-      const int i = e / chunk, c = e % chunk;
-      float a = 0.0f, aq = 0.0f;
-      if (c <= i) {
-        float kk = 0.0f, qk = 0.0f;
-        for (int d = 0; d < KDim; ++d) {
-          kk += ks[i * k_stride + d] * ks[c * k_stride + d];
-          qk += qs[i * k_stride + d] * ks[c * k_stride + d];
-        }
-        const float decay = arch::fast_exp(s.g[i] - s.g[c]);
-        a = c < i ? s.beta[i] * kk * decay : 0.0f;
-        aq = qk * decay;
+    // A_ij = beta_i (k_i . k_j) e^(G_i - G_j), j < i;   Aqk_ij = (q_i . k_j) e^(G_i - G_j), j <= i.
+    // Thread (ti, tc) computes rows ti + 16 a and columns tc + 16 b (a, b < 4) of both.
+    static_assert(threads == 256 && chunk == 64, "the 4 x 4 entry tiles assume 256 threads and 64 rows");
+    const int ti = tid / 16, tc = tid % 16;
+    float kk[4][4] = {}, qk[4][4] = {};
+    for (int d = 0; d < KDim; ++d) {
+      float ki[4], qi[4], kc[4];
+      Q35_UNROLL
+      for (int a = 0; a < 4; ++a) {
+        ki[a] = ks[(ti + 16 * a) * k_stride + d];
+        qi[a] = qs[(ti + 16 * a) * k_stride + d];
+        kc[a] = ks[(tc + 16 * a) * k_stride + d];
       }
-      as[i * chunk + c] = a;
-      if (i < nr) p.t.aqk[((r0 + i) * n_v + j) * chunk + c] = aq;
+      Q35_UNROLL
+      for (int a = 0; a < 4; ++a) {
+        Q35_UNROLL
+        for (int b = 0; b < 4; ++b) {
+          kk[a][b] += ki[a] * kc[b];
+          qk[a][b] += qi[a] * kc[b];
+        }
+      }
+    }
+    Q35_UNROLL
+    for (int a = 0; a < 4; ++a) {
+      const int i = ti + 16 * a;
+      Q35_UNROLL
+      for (int b = 0; b < 4; ++b) {
+        const int c = tc + 16 * b;
+        const float decay = c <= i ? arch::fast_exp(s.g[i] - s.g[c]) : 0.0f;
+        as[i * chunk + c] = c < i ? s.beta[i] * kk[a][b] * decay : 0.0f;
+        if (i < nr) p.t.aqk[((r0 + i) * n_v + j) * chunk + c] = qk[a][b] * decay;
+      }
     }
     arch::sync_block();
 
