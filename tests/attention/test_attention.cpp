@@ -50,6 +50,7 @@ TEST_CASE("attention decode: head_dim 256, f16 and bf16 KV" * test::needs_device
   decode_batch(2, 4, 256, kv_type::f16, {1, 17, 300}, 0, 31);
   decode_batch(1, 8, 256, kv_type::bf16, {16, 200}, 0, 32);
   decode_batch(2, 2, 128, kv_type::bf16, {5, 33}, 0, 33);
+  decode_batch(1, 16, 128, kv_type::f16, {20, 70}, 2, 34);  // a group of 16: two 8-head chunks
 }
 
 TEST_CASE("attention decode: forced splits, including empty ones, every thread order" * test::needs_device()) {

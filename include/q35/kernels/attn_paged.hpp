@@ -2,7 +2,7 @@
 // per sequence) and prefill (many), with split-KV: fp32 scores, online softmax, fp32 accumulation.
 //
 // Thread-to-data mapping. Block (tile, seq, z) serves Rows query rows = tokens_per_block tokens x
-// heads_per_block q heads of one kv head (z = (kv_head * n_chunks + chunk) * n_splits + split), over the
+// heads_per_block q heads of one kv head (z = (kv_head * n_splits + split) * n_chunks + chunk), over the
 // keys of its split. The 128 threads form key streams of L lanes (L = min(32, head_dim * sizeof(T) / 16));
 // stream i takes key groups i, i + n_streams, ... of U consecutive keys (one page), lane l of a stream
 // holding dims l*E .. l*E+E-1 of q, K, V and the output, so the heads of a group share one read of
@@ -72,8 +72,8 @@ struct attn_paged_kernel {
     const int t_first = int(arch::block_idx().x) * p.tokens_per_block;
     if (t_first >= n_tok) return;  // the whole block
     const int z = int(arch::block_idx().z);
-    const int split = z % p.n_splits;
-    const int chunk = (z / p.n_splits) % p.n_chunks;
+    const int chunk = z % p.n_chunks;  // fastest: the chunks of a group read the same K/V close in time (L2)
+    const int split = (z / p.n_chunks) % p.n_splits;
     const int kv_head = z / (p.n_splits * p.n_chunks);
     const int group = p.n_heads / p.n_kv_heads;
     const int h_first = kv_head * group + chunk * p.heads_per_block;
