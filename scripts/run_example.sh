@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The main job on the bundled tiny model, through the sim backend: scripts/run_example.sh [BUILD_DIR]
+# It describes the model, then generates text from a raw prompt (timings on stderr).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -10,5 +11,6 @@ if [[ ! -x "$exe" ]]; then
 fi
 model=tests/data/tiny_dense_q4km.gguf
 "$exe" -m "$model" --info
-"$exe" -m "$model" --tokenize "<|im_start|>user
-Hello, world!<|im_end|>"
+echo
+"$exe" -m "$model" -p "The quick brown fox" -n 48 --temp 0.7 --seed 42
+echo

@@ -1,9 +1,12 @@
-// Parsing of qwen35_generate's command line: a table of flags, each with its value handler, so later
-// commands (--dump-tensor NAME --out PATH, generation with -p PROMPT -n N) add rows, not branches.
+// Parsing of qwen35_generate's command line: a table of flags, each with its value handler.
 #include "args.hpp"
 
+#include <algorithm>
 #include <charconv>
+#include <cmath>
+#include <fstream>
 #include <functional>
+#include <sstream>
 #include <string_view>
 
 namespace q35::cli {
@@ -13,48 +16,157 @@ namespace {
 struct flag {
   std::vector<std::string_view> names;
   const char* value_name;  // nullptr: the flag takes no value
-  std::function<void(options&, const std::string&)> apply;
+  std::function<void(options&, const std::string& name, const std::string& value)> apply;
 };
 
-int64_t parse_int(const std::string& flag_name, const std::string& value, int64_t min) {
+int64_t parse_int(const std::string& flag_name, const std::string& value, int64_t min, int64_t max = INT64_MAX) {
   int64_t v = 0;
   const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
   if (value.empty() || ec != std::errc() || end != value.data() + value.size())
     throw usage_error(flag_name + " expects an integer, got '" + value + "'");
-  if (v < min) throw usage_error(flag_name + " must be at least " + std::to_string(min) + ", got " + value);
+  if (v < min || v > max)
+    throw usage_error(flag_name + " must be in " + std::to_string(min) + ".." +
+                      (max == INT64_MAX ? std::string("") : std::to_string(max)) + ", got " + value);
   return v;
 }
 
+float parse_float(const std::string& flag_name, const std::string& value, double min, double max) {
+  // from_chars for floats: strict, locale-independent
+  double v = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (value.empty() || ec != std::errc() || end != value.data() + value.size() || !std::isfinite(v))
+    throw usage_error(flag_name + " expects a number, got '" + value + "'");
+  if (v < min || v > max)
+    throw usage_error(flag_name + " must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " +
+                      value);
+  return float(v);
+}
+
+kv_cache_type parse_cache_type(const std::string& flag_name, const std::string& value) {
+  if (value == "f32") return kv_cache_type::f32;
+  if (value == "f16") return kv_cache_type::f16;
+  if (value == "bf16") return kv_cache_type::bf16;
+  throw usage_error(flag_name + " expects f32, f16 or bf16, got '" + value + "'");
+}
+
 void set_command(options& o, command c, const std::string& name) {
-  if (o.cmd != command::none && o.cmd != command::help) throw usage_error("more than one command given (" + name + ")");
+  if (o.cmd != command::none && o.cmd != command::help && o.cmd != c)
+    throw usage_error("more than one command given (" + name + ")");
   if (o.cmd != command::help) o.cmd = c;
 }
 
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw usage_error("-f: cannot read '" + path + "'");
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// "0,4096,32768" -> {0, 4096, 32768}; each value in [min, 1 << 20].
+std::vector<int64_t> parse_int_list(const std::string& flag_name, const std::string& value, int64_t min) {
+  std::vector<int64_t> out;
+  size_t pos = 0;
+  while (pos <= value.size()) {
+    const size_t end = std::min(value.find(',', pos), value.size());
+    out.push_back(parse_int(flag_name, value.substr(pos, end - pos), min, int64_t(1) << 20));
+    pos = end + 1;
+  }
+  return out;
+}
+
+using apply_fn = std::function<void(options&, const std::string&, const std::string&)>;
+
 const std::vector<flag>& flags() {
   static const std::vector<flag> table = {
-      {{"-h", "--help"}, nullptr, [](options& o, const std::string&) { o.cmd = command::help; }},
-      {{"-m", "--model"}, "FILE", [](options& o, const std::string& v) { o.model_path = v; }},
-      {{"-c", "--ctx-size"}, "N", [](options& o, const std::string& v) { o.n_ctx = parse_int("-c", v, 1); }},
-      {{"--info"}, nullptr, [](options& o, const std::string&) { set_command(o, command::info, "--info"); }},
+      {{"-h", "--help"}, nullptr, [](options& o, auto&, auto&) { o.cmd = command::help; }},
+      {{"-m", "--model"}, "FILE", [](options& o, auto&, const std::string& v) { o.model_path = v; }},
+      {{"-c", "--ctx-size"},
+       "N",
+       [](options& o, const std::string& n, const std::string& v) { o.n_ctx = parse_int(n, v, 1); }},
+      {{"-b", "--batch-size"},
+       "N",
+       [](options& o, const std::string& n, const std::string& v) { o.n_batch = parse_int(n, v, 1, 65536); }},
+      {{"--info"}, nullptr, [](options& o, const std::string& n, auto&) { set_command(o, command::info, n); }},
       {{"--tokenize"},
        "TEXT",
-       [](options& o, const std::string& v) {
-         set_command(o, command::tokenize, "--tokenize");
-         o.text = v;
+       [](options& o, const std::string& n, const std::string& v) {
+         set_command(o, command::tokenize, n), o.text = v;
        }},
       {{"--detokenize"},
        "IDS",
-       [](options& o, const std::string& v) {
-         set_command(o, command::detokenize, "--detokenize");
-         o.text = v;
+       [](options& o, const std::string& n, const std::string& v) {
+         set_command(o, command::detokenize, n), o.text = v;
        }},
       {{"--dump-tensor"},
        "NAME",
-       [](options& o, const std::string& v) {
-         set_command(o, command::dump_tensor, "--dump-tensor");
-         o.tensor_name = v;
+       [](options& o, const std::string& n, const std::string& v) {
+         set_command(o, command::dump_tensor, n), o.tensor_name = v;
        }},
-      {{"--out"}, "PATH", [](options& o, const std::string& v) { o.out_path = v; }},
+      {{"--out"}, "PATH", [](options& o, auto&, const std::string& v) { o.out_path = v; }},
+      {{"-p", "--prompt"},
+       "TEXT",
+       [](options& o, const std::string& n, const std::string& v) {
+         if (o.prompt) throw usage_error(n + ": a prompt was already given");
+         o.prompt = v;
+       }},
+      {{"-f", "--file"},
+       "FILE",
+       [](options& o, const std::string& n, const std::string& v) {
+         if (o.prompt) throw usage_error(n + ": a prompt was already given");
+         o.prompt = read_file(v);
+       }},
+      {{"-n", "--n-predict"},
+       "N",
+       [](options& o, const std::string& n, const std::string& v) { o.n_predict = parse_int(n, v, -1); }},
+      {{"--temp"},
+       "T",
+       [](options& o, const std::string& n, const std::string& v) { o.temperature = parse_float(n, v, -1e9, 1e9); }},
+      {{"--top-k"},
+       "N",
+       [](options& o, const std::string& n, const std::string& v) { o.top_k = int(parse_int(n, v, 0, INT32_MAX)); }},
+      {{"--top-p"},
+       "P",
+       [](options& o, const std::string& n, const std::string& v) { o.top_p = parse_float(n, v, 0.0, 1.0); }},
+      {{"--min-p"},
+       "P",
+       [](options& o, const std::string& n, const std::string& v) { o.min_p = parse_float(n, v, 0.0, 1.0); }},
+      {{"--repeat-penalty"},
+       "X",
+       [](options& o, const std::string& n, const std::string& v) { o.repeat_penalty = parse_float(n, v, 1e-6, 1e6); }},
+      {{"--repeat-last-n"},
+       "N",
+       [](options& o, const std::string& n, const std::string& v) { o.repeat_last_n = int(parse_int(n, v, 0, 4096)); }},
+      {{"--seed", "-s"},
+       "N",
+       [](options& o, const std::string& n, const std::string& v) {
+         const int64_t s = parse_int(n, v, -1);
+         if (s >= 0)
+           o.seed = uint64_t(s);
+         else
+           o.seed.reset();
+       }},
+      {{"-ctk", "--cache-type-k"},
+       "TYPE",
+       [](options& o, const std::string& n, const std::string& v) { o.cache_type_k = parse_cache_type(n, v); }},
+      {{"-ctv", "--cache-type-v"},
+       "TYPE",
+       [](options& o, const std::string& n, const std::string& v) { o.cache_type_v = parse_cache_type(n, v); }},
+      {{"-sys", "--system"}, "TEXT", [](options& o, auto&, const std::string& v) { o.system_prompt = v; }},
+      {{"-cnv", "--conversation"}, nullptr, [](options& o, auto&, auto&) { o.conversation = true; }},
+      {{"--no-think"}, nullptr, [](options& o, auto&, auto&) { o.no_think = true; }},
+      {{"--dump-logits"}, "FILE", [](options& o, auto&, const std::string& v) { o.dump_logits_path = v; }},
+      {{"--print-token-ids"}, nullptr, [](options& o, auto&, auto&) { o.print_token_ids = true; }},
+      {{"--prompt-cache"}, "FILE", [](options& o, auto&, const std::string& v) { o.prompt_cache_path = v; }},
+      {{"--bench"}, nullptr, [](options& o, const std::string& n, auto&) { set_command(o, command::bench, n); }},
+      {{"--bench-model"}, "NAME", [](options& o, auto&, const std::string& v) { o.bench_models.push_back(v); }},
+      {{"--bench-json"}, "FILE", [](options& o, auto&, const std::string& v) { o.bench_json_path = v; }},
+      {{"--bench-ctx"},
+       "LIST",
+       [](options& o, const std::string& n, const std::string& v) { o.bench_contexts = parse_int_list(n, v, 0); }},
+      {{"--bench-pp"},
+       "LIST",
+       [](options& o, const std::string& n, const std::string& v) { o.bench_prompts = parse_int_list(n, v, 1); }},
   };
   return table;
 }
@@ -75,12 +187,21 @@ options parse_args(const std::vector<std::string>& args) {
       if (i + 1 >= args.size()) throw usage_error(a + " needs a value (" + f->value_name + ")");
       value = args[++i];
     }
-    f->apply(o, value);
+    f->apply(o, a, value);
   }
   if (o.cmd == command::help) return o;
-  if (o.cmd == command::none) throw usage_error("no command given (--info, --tokenize, --detokenize or --dump-tensor)");
-  if (o.model_path.empty()) throw usage_error("no model file given (-m FILE)");
+  if (o.cmd == command::none && (o.prompt || o.conversation)) o.cmd = command::generate;
+  if (o.cmd == command::none)
+    throw usage_error(
+        "nothing to do: give a prompt (-p, -f), -cnv, or a command (--info, --tokenize, --detokenize, --dump-tensor, "
+        "--bench)");
+  if (o.model_path.empty() && o.cmd != command::bench) throw usage_error("no model file given (-m FILE)");
+  if (o.cmd == command::bench && !o.model_path.empty() && !o.bench_models.empty())
+    throw usage_error("--bench-model picks a synthetic model: it cannot be combined with -m");
   if (o.cmd == command::dump_tensor && o.out_path.empty()) throw usage_error("--dump-tensor needs --out PATH");
+  if (o.cmd != command::generate && o.prompt) throw usage_error("-p/-f cannot be combined with another command");
+  if (o.system_prompt && !o.conversation) throw usage_error("-sys is used by the chat template: add -cnv");
+  if (o.no_think && !o.conversation) throw usage_error("--no-think is used by the chat template: add -cnv");
   return o;
 }
 
@@ -107,7 +228,37 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 
 std::string usage(const std::string& program) {
   return "usage: " + program +
-         " -m FILE COMMAND\n"
+         " -m FILE [-p PROMPT | -f FILE | -cnv] [options]\n"
+         "       " +
+         program +
+         " -m FILE --info | --tokenize TEXT | --detokenize IDS | --dump-tensor NAME --out PATH\n"
+         "       " +
+         program +
+         " --bench [-m FILE | --bench-model NAME ...] [--bench-json FILE]\n"
+         "\n"
+         "generation:\n"
+         "  -p, --prompt TEXT      raw completion prompt (special tokens parsed, no chat template; with -cnv:\n"
+         "                         the first user message)\n"
+         "  -f, --file FILE        the prompt from a file\n"
+         "  -cnv, --conversation   chat through the ChatML template; further user turns from stdin, one per line\n"
+         "  -sys, --system TEXT    system message (with -cnv)\n"
+         "  --no-think             the generation prompt carries an empty think block (with -cnv)\n"
+         "  -n, --n-predict N      tokens to generate (default -1: until end of generation or a full context)\n"
+         "  -c, --ctx-size N       context size in tokens (default 4096, at most the model's)\n"
+         "  -b, --batch-size N     prompt tokens per batch (default 512)\n"
+         "  --temp T               temperature (default 0.8; <= 0: greedy)\n"
+         "  --top-k N              top-k (default 40; 0 = off)\n"
+         "  --top-p P              top-p (default 0.95; 1 = off)\n"
+         "  --min-p P              min-p (default 0.05; 0 = off)\n"
+         "  --repeat-penalty X     repetition penalty (default 1.0 = off)\n"
+         "  --repeat-last-n N      tokens the penalty looks back (default 64)\n"
+         "  -s, --seed N           sampling seed (default -1: from the clock)\n"
+         "  -ctk, -ctv TYPE        KV cache element type for K / V: f32, f16 (default), bf16\n"
+         "  --dump-logits FILE     little-endian float32 logits rows: every prompt position, then every\n"
+         "                         generated token\n"
+         "  --print-token-ids      print the prompt's and the generated token ids on stderr\n"
+         "  --prompt-cache FILE    resume from the state saved after an earlier prompt that this one extends,\n"
+         "                         and save the state after this prompt\n"
          "\n"
          "commands:\n"
          "  --info                 architecture, matched model, hyper-parameters, tensors by type, memory\n"
@@ -115,11 +266,16 @@ std::string usage(const std::string& program) {
          "  --tokenize TEXT        token ids of TEXT (special tokens such as <|im_start|> parsed), one line\n"
          "  --detokenize \"ID ...\"  the text of space-separated token ids\n"
          "  --dump-tensor NAME     tensor NAME dequantized to little-endian float32 (with --out PATH)\n"
+         "  --bench                decode tokens/s (tg128 after prompts of --bench-ctx tokens), prefill tokens/s\n"
+         "                         (--bench-pp), bytes per token against the measured copy bandwidth and a\n"
+         "                         decode step split by call; of -m FILE, or else of synthetic full-size Q4_K_M\n"
+         "                         models built on the device (on the sim: tiny shapes, timings meaningless)\n"
+         "  --bench-model NAME     a synthetic model: 9B, 27B, 35B-A3B, 9B-MoE, tiny-dense, tiny-moe (repeatable)\n"
+         "  --bench-json FILE      results as JSON (default bench_<gpu>.json)\n"
+         "  --bench-ctx LIST       decode contexts, comma-separated (default 0,4096,32768; sim 0,48)\n"
+         "  --bench-pp LIST        prefill lengths, comma-separated (default 512,4096; sim 32)\n"
          "\n"
-         "options:\n"
          "  -m, --model FILE       a qwen35 / qwen35moe GGUF file\n"
-         "  -c, --ctx-size N       context size for the --info memory estimate (default: the model's)\n"
-         "  --out PATH             output file of --dump-tensor\n"
          "  -h, --help             this text\n";
 }
 

@@ -1,30 +1,57 @@
 // Command-line options of qwen35_generate and their parsing (plain argv walking, no dependency).
+// Flags follow llama-cli's conventions (-m, -p, -f, -n, -c, --temp, --top-k, ...).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace q35::cli {
 
-// Bad command line: main prints the message and the usage text, and exits with usage_exit_code.
+// Bad command line: main prints one line naming the problem and exits with failure_exit_code.
 struct usage_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-inline constexpr int usage_exit_code = 2;
 inline constexpr int failure_exit_code = 1;
 
-enum class command { none, help, info, tokenize, detokenize, dump_tensor };
+enum class command { none, help, info, tokenize, detokenize, dump_tensor, generate, bench };
+
+enum class kv_cache_type { f32, f16, bf16 };
 
 struct options {
   command cmd = command::none;
-  std::string model_path;   // -m
-  std::string text;         // --tokenize TEXT / --detokenize "ID ID ..."
-  int64_t n_ctx = 4096;     // -c: context size the memory estimate of --info is for
-  std::string tensor_name;  // --dump-tensor NAME
-  std::string out_path;     // --out PATH
+  std::string model_path;        // -m
+  std::string text;              // --tokenize TEXT / --detokenize "ID ID ..."
+  std::optional<int64_t> n_ctx;  // -c: context size (default: 4096, at most the model's)
+  std::string tensor_name;       // --dump-tensor NAME
+  std::string out_path;          // --out PATH
+  // generation
+  std::optional<std::string> prompt;  // -p TEXT, or the contents of -f FILE
+  int64_t n_predict = -1;             // -n: tokens to generate; -1 = until end of generation or a full context
+  float temperature = 0.8f;           // --temp; <= 0: greedy
+  int top_k = 40;                     // --top-k; 0 = off
+  float top_p = 0.95f;                // --top-p; 1 = off
+  float min_p = 0.05f;                // --min-p; 0 = off
+  float repeat_penalty = 1.0f;        // --repeat-penalty; 1 = off
+  int repeat_last_n = 64;             // --repeat-last-n
+  std::optional<uint64_t> seed;       // --seed; default: from the clock
+  kv_cache_type cache_type_k = kv_cache_type::f16;  // -ctk
+  kv_cache_type cache_type_v = kv_cache_type::f16;  // -ctv
+  std::optional<std::string> system_prompt;         // -sys
+  bool conversation = false;                        // -cnv
+  bool no_think = false;                            // --no-think
+  std::string dump_logits_path;                     // --dump-logits FILE
+  bool print_token_ids = false;                     // --print-token-ids
+  std::string prompt_cache_path;                    // --prompt-cache FILE
+  int64_t n_batch = 512;                            // -b: prompt tokens per batch
+  // --bench (-m optional: without it, synthetic full-size models)
+  std::vector<std::string> bench_models;  // --bench-model NAME, repeatable
+  std::string bench_json_path;            // --bench-json FILE (default bench_<gpu>.json)
+  std::vector<int64_t> bench_contexts;    // --bench-ctx N,N,...: decode after prompts of these lengths
+  std::vector<int64_t> bench_prompts;     // --bench-pp N,N,...: prefill lengths
 };
 
 // Parses argv[1..argc); throws usage_error naming the offending argument.

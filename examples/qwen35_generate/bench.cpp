@@ -489,7 +489,7 @@ void print_table(std::ostream& out, const device_facts& dev, const bench_plan& p
   if (dev.copy_gbps > 0) out << ", measured copy bandwidth " << num(dev.copy_gbps, 0) << " GB/s";
   out << " ==\n";
   if (!on_gpu) out << "(sim backend: tiny shapes on the host emulator; these timings mean nothing for GPUs)\n";
-  std::snprintf(line, sizeof line, "%-26s %7s %-16s %6s %9s %8s %8s %10s %7s\n", "model", "GB", "prefill tok/s", "ctx",
+  std::snprintf(line, sizeof line, "%-26s %7s %-24s %6s %9s %8s %8s %10s %7s\n", "model", "GB", "prefill tok/s", "ctx",
                 "tg tok/s", "ms/tok", "GB/tok", "roof tok/s", "%roof");
   out << line;
   for (const model_result& r : results) {
@@ -507,13 +507,14 @@ void print_table(std::ostream& out, const device_facts& dev, const bench_plan& p
     }
     for (size_t k = 0; k < r.decode.size(); ++k) {
       const context_result& d = r.decode[k];
-      std::snprintf(line, sizeof line, "%-26s %7.2f %-16s %6lld %9.1f %8.3f %8.3f %10s %7s\n",
-                    k == 0 ? r.name.substr(0, 26).c_str() : "", k == 0 ? double(r.weight_bytes) * 1e-9 : 0.0,
-                    k == 0 ? pp.substr(0, 16).c_str() : "", (long long)d.context, d.tok_s, d.ms_per_token,
-                    d.bytes_per_token * 1e-9, d.roofline_tok_s > 0 ? num(d.roofline_tok_s, 0).c_str() : "-",
+      std::snprintf(line, sizeof line, "%-26s %7s %-24s %6lld %9.1f %8.3f %8.3f %10s %7s\n",
+                    k == 0 ? r.name.substr(0, 26).c_str() : "",
+                    k == 0 ? num(double(r.weight_bytes) * 1e-9, 2).c_str() : "", k == 0 ? pp.substr(0, 24).c_str() : "",
+                    (long long)d.context, d.tok_s, d.ms_per_token, d.bytes_per_token * 1e-9,
+                    d.roofline_tok_s > 0 ? num(d.roofline_tok_s, 0).c_str() : "-",
                     d.roofline_tok_s > 0 ? num(d.roofline_pct, 1).c_str() : "-");
       out << line;
-      if (k == 0 && pp.size() > 16) out << "    prefill: " << pp << "\n";
+      if (k == 0 && pp.size() > 24) out << "    prefill: " << pp << "\n";
     }
     for (const context_result& d : r.decode) {
       out << "    step @ ctx " << d.context << " (us, eager, split by call):";

@@ -12,5 +12,7 @@ int run_info(const options& opt, std::ostream& out);
 int run_tokenize(const options& opt, std::ostream& out);
 int run_detokenize(const options& opt, std::ostream& out);
 int run_dump_tensor(const options& opt, std::ostream& out);
+int run_generate(const options& opt, std::ostream& out);
+int run_bench(const options& opt, std::ostream& out);
 
 }  // namespace q35::cli

@@ -11,7 +11,7 @@ namespace q35::cli {
 
 int run_info(const options& opt, std::ostream& out) {
   const auto file = io::gguf_file::open(opt.model_path);
-  out << io::format_model_info(io::describe_model(file, uint64_t(opt.n_ctx)));
+  out << io::format_model_info(io::describe_model(file, uint64_t(opt.n_ctx.value_or(4096))));
   const auto tok = io::tokenizer::from_gguf(file);
   out << "tokenizer: " << file.get_string("tokenizer.ggml.model") << " / " << file.get_string("tokenizer.ggml.pre")
       << ", " << tok.n_vocab() << " tokens, " << tok.n_merges() << " merges";

@@ -1,5 +1,6 @@
-// qwen35_generate: command-line front end of q35. Today: GGUF inspection and the tokenizer;
-// generation comes with the decoder. Exit codes: 0 ok, 1 failure (bad file, bad id), 2 usage.
+// qwen35_generate: command-line front end of q35: text generation from any Qwen3.5 GGUF (raw prompt or
+// chat), GGUF inspection, the tokenizer and tensor dumps. Exit codes: 0 ok, 1 any failure (bad flag or
+// value, bad file, prompt too long), always with one line on stderr naming the problem.
 #include <exception>
 #include <filesystem>
 #include <iostream>
@@ -30,7 +31,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     std::error_code ec;
-    if (!std::filesystem::is_regular_file(opt.model_path, ec))
+    if ((opt.cmd != cli::command::bench || !opt.model_path.empty()) &&
+        !std::filesystem::is_regular_file(opt.model_path, ec))
       throw cli::usage_error("model file '" + opt.model_path + "' does not exist or is not a regular file");
     switch (opt.cmd) {
       case cli::command::info:
@@ -41,13 +43,17 @@ int main(int argc, char** argv) {
         return cli::run_detokenize(opt, std::cout);
       case cli::command::dump_tensor:
         return cli::run_dump_tensor(opt, std::cout);
+      case cli::command::generate:
+        return cli::run_generate(opt, std::cout);
+      case cli::command::bench:
+        return cli::run_bench(opt, std::cout);
       default:
         break;
     }
     throw cli::usage_error("no command given");
   } catch (const cli::usage_error& e) {
-    std::cerr << program << ": " << one_line(e.what()) << "\n\n" << cli::usage(program);
-    return cli::usage_exit_code;
+    std::cerr << program << ": error: " << one_line(e.what()) << " (see --help)\n";
+    return cli::failure_exit_code;
   } catch (const std::exception& e) {  // gguf_error, tokenizer_error, I/O: one clear line
     std::cerr << program << ": error: " << one_line(e.what()) << '\n';
     return cli::failure_exit_code;

@@ -2,8 +2,9 @@
 # -DQ35_CHECK=tokenize_refs|bad_usage -P test_cli.cmake`.
 #   tokenize_refs: every prompt of every ref_*.json (llama.cpp's ids) and of tokenizer_corpus.json through
 #                  --tokenize, compared with the ids; then the ids through --detokenize, compared with the prompt.
-#   bad_usage:     bad command lines exit 2 with the usage text; bad files and ids exit 1 with one error line;
-#                  never a signal.
+#   bad_usage:     bad command lines, bad files and ids exit 1 with one error line; never a signal.
+#   generate:      greedy generation against the fixtures' continuations, --dump-logits rows, -n 0, a full
+#                  context, the prompt cache round trip, conversation mode, and the error cases.
 cmake_minimum_required(VERSION 3.24)
 
 set(model "${Q35_TEST_DATA_DIR}/tiny_dense_q4km.gguf")
@@ -79,11 +80,13 @@ if(Q35_CHECK STREQUAL "tokenize_refs")
     endif()
   endforeach()
 elseif(Q35_CHECK STREQUAL "bad_usage")
-  # expect_usage(args...): exit code 2 and the usage text on stderr
+  # expect_usage(args...): exit code 1 and one line on stderr pointing to --help
   function(expect_usage)
     run(out err rc ${ARGN})
-    if(NOT rc STREQUAL "2" OR NOT err MATCHES "usage: ")
-      fail("'${ARGN}': expected exit 2 with usage on stderr, got rc=${rc} stderr '${err}'")
+    string(REGEX MATCHALL "\n" lines "${err}")
+    list(LENGTH lines n_lines)
+    if(NOT rc STREQUAL "1" OR NOT n_lines EQUAL 1 OR NOT err MATCHES "error: .*\\(see --help\\)")
+      fail("'${ARGN}': expected exit 1 with one line on stderr, got rc=${rc} stderr '${err}'")
     endif()
     set(failures ${failures} PARENT_SCOPE)
   endfunction()
@@ -126,6 +129,133 @@ elseif(Q35_CHECK STREQUAL "bad_usage")
   if(NOT rc EQUAL 0 OR NOT out MATCHES "usage: ")
     fail("--help: rc=${rc} stdout '${out}'")
   endif()
+elseif(Q35_CHECK STREQUAL "generate")
+  # expect_fail(<regex> args...): exit 1, one line on stderr matching regex
+  function(expect_fail regex)
+    run(out err rc ${ARGN})
+    string(REGEX MATCHALL "\n" lines "${err}")
+    list(LENGTH lines n_lines)
+    if(NOT rc STREQUAL "1" OR NOT n_lines EQUAL 1 OR NOT err MATCHES "${regex}")
+      fail("'${ARGN}': expected exit 1 and one line matching '${regex}', got rc=${rc} stderr '${err}'")
+    endif()
+    set(failures ${failures} PARENT_SCOPE)
+  endfunction()
+  # ids_of(<out> <stderr> <what>): the ids printed by --print-token-ids as "[<what> ids: ...]"
+  function(ids_of out_var err what)
+    string(REGEX MATCH "\\[${what} ids:([ 0-9]*)\\]" m "${err}")
+    string(STRIP "${CMAKE_MATCH_1}" ids)
+    set(${out_var} "${ids}" PARENT_SCOPE)
+  endfunction()
+
+  file(READ "${Q35_TEST_DATA_DIR}/ref_tiny_dense_q4km_deq.json" json)
+  string(JSON prompt GET "${json}" cases 0 prompt)
+  string(JSON n_prompt LENGTH "${json}" cases 0 tokens)
+  set(greedy "")
+  foreach(j RANGE 15)
+    string(JSON id GET "${json}" cases 0 greedy ${j})
+    string(APPEND greedy " ${id}")
+  endforeach()
+  string(STRIP "${greedy}" greedy)
+
+  # greedy continuation and logits rows
+  set(dump "${Q35_WORK_DIR}/logits.f32")
+  execute_process(COMMAND "${Q35_CLI}" -m "${model}" -p "${prompt}" -n 16 --temp 0 -ctk f32 -ctv f32 --seed 1
+                          --print-token-ids --dump-logits "${dump}"
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  ids_of(got "${err}" generated)
+  if(NOT rc EQUAL 0 OR NOT got STREQUAL greedy OR NOT out MATCHES "^The quick brown fox")
+    fail("greedy generation: rc=${rc} ids '${got}' (expected '${greedy}') stdout '${out}' stderr '${err}'")
+  endif()
+  if(NOT err MATCHES "prompt eval +=.*tokens per second" OR NOT err MATCHES "generation +=.*tokens per second"
+     OR NOT err MATCHES "memory: weights")
+    fail("greedy generation: no timings on stderr: '${err}'")
+  endif()
+  file(SIZE "${dump}" dump_bytes)
+  math(EXPR want_bytes "(${n_prompt} + 16) * 512 * 4")
+  if(NOT dump_bytes EQUAL want_bytes)
+    fail("--dump-logits wrote ${dump_bytes} bytes, expected ${want_bytes} (one row per prompt token and per generated token)")
+  endif()
+
+  # -n 0 evaluates the prompt only; sampling with a seed is repeatable
+  run(out err rc -m "${model}" -p "hello" -n 0)
+  if(NOT rc EQUAL 0 OR NOT out STREQUAL "hello")
+    fail("-n 0: rc=${rc} stdout '${out}' stderr '${err}'")
+  endif()
+  run(out1 err1 rc1 -m "${model}" -p "hello" -n 12 --temp 1.0 --top-k 0 --top-p 0.9 --min-p 0.02 --repeat-penalty 1.1
+      --seed 7 --print-token-ids)
+  run(out2 err2 rc2 -m "${model}" -p "hello" -n 12 --temp 1.0 --top-k 0 --top-p 0.9 --min-p 0.02 --repeat-penalty 1.1
+      --seed 7 --print-token-ids)
+  ids_of(a "${err1}" generated)
+  ids_of(b "${err2}" generated)
+  if(NOT rc1 EQUAL 0 OR NOT rc2 EQUAL 0 OR NOT a STREQUAL b OR a STREQUAL "")
+    fail("same seed, same tokens: '${a}' vs '${b}' (rc ${rc1} ${rc2}, stderr '${err1}')")
+  endif()
+
+  # a full context stops generation with a message, keeps the text, exits 0
+  run(out err rc -m "${model}" -p "${prompt}" -c 14 -n -1 --temp 0)
+  if(NOT rc EQUAL 0 OR NOT err MATCHES "context full" OR NOT out MATCHES "^The quick brown fox")
+    fail("full context: rc=${rc} stdout '${out}' stderr '${err}'")
+  endif()
+
+  # prompt cache: saved after the prompt, resumed by the same prompt and by one that extends it, with
+  # the same continuation as without the cache
+  set(cache "${Q35_WORK_DIR}/prompt.cache")
+  file(REMOVE "${cache}")
+  foreach(pass first again)
+    execute_process(COMMAND "${Q35_CLI}" -m "${model}" -p "${prompt}" -n 16 --temp 0 -ctk f32 -ctv f32
+                            --print-token-ids --prompt-cache "${cache}"
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+    ids_of(got "${err}" generated)
+    if(NOT rc EQUAL 0 OR NOT got STREQUAL greedy OR NOT err MATCHES "saved the checkpoint at position ${n_prompt}")
+      fail("prompt cache (${pass}): rc=${rc} ids '${got}' stderr '${err}'")
+    endif()
+    if(pass STREQUAL "again" AND NOT err MATCHES "resumed from the checkpoint at position ${n_prompt}")
+      fail("prompt cache: the second run did not resume: '${err}'")
+    endif()
+  endforeach()
+  execute_process(COMMAND "${Q35_CLI}" -m "${model}" -p "${prompt} And more." -n 2 --temp 0 --prompt-cache "${cache}"
+                          -ctk f32 -ctv f32
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0 OR NOT err MATCHES "resumed from the checkpoint at position ${n_prompt} of")
+    fail("prompt cache, extended prompt: rc=${rc} stderr '${err}'")
+  endif()
+  run(out err rc -m "${model}" -p "Another prompt" -n 2 --temp 0 --prompt-cache "${cache}" -ctk f32 -ctv f32)
+  if(NOT rc EQUAL 0 OR NOT err MATCHES "does not start with the cached")
+    fail("prompt cache, other prompt: rc=${rc} stderr '${err}'")
+  endif()
+
+  # conversation mode: the template, user turns from stdin
+  file(WRITE "${Q35_WORK_DIR}/turns.txt" "And then?\n")
+  execute_process(COMMAND "${Q35_CLI}" -m "${model}" -cnv -sys "Be brief." -p "Hello" -n 6 --temp 0 --no-think
+                          --print-token-ids INPUT_FILE "${Q35_WORK_DIR}/turns.txt"
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  # the first prompt is the rendered template: <|im_start|>system ... <|im_start|>assistant <think> </think>
+  if(NOT rc EQUAL 0 OR NOT err MATCHES "\\[prompt ids: 508 ")
+    fail("conversation: rc=${rc} stdout '${out}' stderr '${err}'")
+  endif()
+  string(REGEX MATCHALL "prompt ids:" turns "${err}")
+  list(LENGTH turns n_turns)
+  if(NOT n_turns EQUAL 2)
+    fail("conversation: expected 2 turns, saw ${n_turns}: '${err}'")
+  endif()
+
+  # errors: one line, exit 1
+  expect_fail("-n must be in -1" -m "${model}" -p hi -n -2)
+  expect_fail("--temp expects a number" -m "${model}" -p hi --temp warm)
+  expect_fail("--top-p must be in" -m "${model}" -p hi --top-p 1.5)
+  expect_fail("--min-p must be in" -m "${model}" -p hi --min-p -0.1)
+  expect_fail("--top-k must be in" -m "${model}" -p hi --top-k -1)
+  expect_fail("-ctk expects f32, f16 or bf16" -m "${model}" -p hi -ctk q8_0)
+  expect_fail("-c must be in" -m "${model}" -p hi -c 0)
+  expect_fail("-c 100000 exceeds the model's context length 4096" -m "${model}" -p hi -c 100000)
+  expect_fail("the prompt has [0-9]+ tokens, which is more than the context of 4 tokens" -m "${model}" -p "${prompt}" -c 4)
+  expect_fail("--dump-logits: cannot write" -m "${model}" -p hi --dump-logits "${Q35_WORK_DIR}/no/such/dir/x.f32")
+  expect_fail("--prompt-cache: cannot write" -m "${model}" -p hi -n 1 --prompt-cache "${Q35_WORK_DIR}/no/such/dir/c")
+  expect_fail("-f: cannot read" -m "${model}" -f "${Q35_WORK_DIR}/no_such_prompt.txt")
+  expect_fail("-sys is used by the chat template" -m "${model}" -p hi -sys "x")
+  expect_fail("does not exist" -m "${Q35_WORK_DIR}/no_such_model.gguf" -p hi)
+  file(WRITE "${Q35_WORK_DIR}/bad.cache" "garbage garbage garbage garbage garbage garbage garbage garbage garbage")
+  expect_fail("bad.cache: not a q35 prompt cache" -m "${model}" -p hi -n 1 --prompt-cache "${Q35_WORK_DIR}/bad.cache")
 else()
   message(FATAL_ERROR "unknown Q35_CHECK '${Q35_CHECK}'")
 endif()
