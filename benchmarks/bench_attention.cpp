@@ -33,7 +33,7 @@ using namespace q35;
     state.SkipWithError("KV pool allocation failed");
     return;
   }
-  std::vector<int32_t> pages(size_t(n_pages));
+  std::vector<int32_t> pages(static_cast<size_t>(n_pages));
   std::iota(pages.begin(), pages.end(), 0);
   std::shuffle(pages.begin(), pages.end(), std::mt19937(1));
   std::vector<int32_t> rows, offs, pos, lens;
