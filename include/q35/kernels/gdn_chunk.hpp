@@ -28,10 +28,10 @@ template <int KDim, int VDim>
 struct gdn_chunk_kernel {
   static constexpr int chunk = gdn_chunk_size;
   static constexpr int threads = 256;
-  // Row strides in shared memory, padded by one float so that a warp reading one column of
-  // consecutive rows hits 32 different banks.
+  // Row strides in shared memory: k and q rows padded by one float so that a warp reading the same
+  // key of 16 consecutive rows hits 16 different banks; v is only read along rows.
   static constexpr int k_stride = KDim + 1;
-  static constexpr int v_stride = VDim + 1;
+  static constexpr int v_stride = VDim;
 
   struct params {
     const int32_t* seq_offsets;  // [n_seqs + 1]
@@ -44,9 +44,11 @@ struct gdn_chunk_kernel {
     float beta[chunk];
     float g[chunk];  // cumulative log-decay G
   };
-  // k [chunk][k_stride] (becomes U), q [chunk][k_stride], v [chunk][v_stride] (becomes W), a [chunk][chunk]
+  // k [chunk][k_stride] (becomes U), q [chunk][k_stride] (becomes A [chunk][chunk] once Aqk is
+  // done), v [chunk][v_stride] (becomes W): 99 KB at d = 128, so two blocks fit an sm_90 SM
   static size_t dynamic_shared_bytes(const params&) {
-    return sizeof(float) * size_t(chunk) * size_t(2 * k_stride + v_stride + chunk);
+    static_assert(k_stride >= chunk, "A reuses q's rows");
+    return sizeof(float) * size_t(chunk) * size_t(2 * k_stride + v_stride);
   }
   static dim3 grid(const params& p) { return dim3(unsigned(p.n_chunks), unsigned(p.heads.n_v), unsigned(p.n_seqs)); }
 
@@ -60,7 +62,7 @@ struct gdn_chunk_kernel {
     float* ks = arch::shared_tail<float>(s);
     float* qs = ks + chunk * k_stride;
     float* vs = qs + chunk * k_stride;
-    float* as = vs + chunk * v_stride;
+    float* as = qs;  // A overwrites q after the products below
 
     for (int e = tid; e < chunk * KDim; e += threads) {
       const int i = e / KDim, c = e % KDim;
@@ -107,6 +109,7 @@ struct gdn_chunk_kernel {
         }
       }
     }
+    arch::sync_block();  // every thread is done reading q
     Q35_UNROLL
     for (int a = 0; a < 4; ++a) {
       const int i = ti + 16 * a;
