@@ -67,6 +67,10 @@ if(Q35_CHECK STREQUAL "tokenize_refs")
   endforeach()
   message(STATUS "${n_checked} prompts tokenized and detokenized through the CLI")
 
+  run(out err rc -m "${Q35_TEST_DATA_DIR}/tiny_var_dense_q8.gguf" --info)
+  if(NOT rc EQUAL 0 OR NOT out MATCHES "\nmodel: none of the known models" OR NOT out MATCHES "embeddings: tied")
+    fail("--info on a shape no known model has: rc=${rc} stdout '${out}' stderr '${err}'")
+  endif()
   foreach(gguf tiny_dense_q4km tiny_moe_q4km tiny_interleaved_q4km)
     run(out err rc -m "${Q35_TEST_DATA_DIR}/${gguf}.gguf" --info -c 8192)
     if(NOT rc EQUAL 0

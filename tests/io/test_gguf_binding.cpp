@@ -8,6 +8,7 @@
 
 #include "gguf_rewriter.hpp"
 #include "gguf_test_util.hpp"
+#include "q35/io/model_info.hpp"
 #include "q35/io/model_weights.hpp"
 
 namespace io = q35::io;
@@ -384,4 +385,16 @@ TEST_CASE("binding: hyper-parameter errors name the key") {
           "edited.gguf: key 'general.architecture': expected qwen35 or qwen35moe but found 'llama' (q35 runs only the "
           "Qwen3.5 family)");
   }
+}
+
+TEST_CASE("binding: bind_any_model takes a valid shape no known traits type has, and says so") {
+  gguf_rewriter r(load("tiny_dense_q4km.gguf"));
+  r.set_u32("qwen35.context_length", 8192);
+  const auto f = reparse(r);
+  const io::bound_model m = io::bind_any_model(f);
+  CHECK(m.traits_name.empty());
+  CHECK(m.hparams.context_length == 8192);
+  CHECK(m.weights.layers.size() == 4);
+  CHECK(io::describe_model(f, 16).traits_name == "none of the known models (shapes from the file)");
+  CHECK(io::bind_any_model(load("tiny_dense_q4km.gguf")).traits_name == "tiny-dense (test fixture)");
 }

@@ -73,15 +73,16 @@ struct model_info {
   uint64_t total_bytes() const { return weight_bytes + state.total(); }
 };
 
-// Binds `f` (throws gguf_error as bind_model does) and sizes it for n_ctx tokens (0: the file's
-// context_length) of n_seq sequences.
+// Binds `f` (any valid file, as bind_any_model; throws gguf_error naming a problem) and sizes it for n_ctx tokens (0:
+// the file's context_length) of n_seq sequences.
 inline model_info describe_model(const gguf_file& f, uint64_t n_ctx = 0, uint32_t kv_elem_bytes = 2,
                                  uint32_t n_seq = 1) {
-  const bound_model m = bind_model(f);
+  const bound_model m = bind_any_model(f);
   model_info info;
   info.path = f.path();
   info.gguf_version = f.version();
-  info.traits_name = std::string(m.traits_name);
+  info.traits_name =
+      m.traits_name.empty() ? "none of the known models (shapes from the file)" : std::string(m.traits_name);
   info.hparams = m.hparams;
   info.tied_embeddings = m.weights.tied_embeddings;
   info.n_tensors = f.tensors().size();

@@ -132,6 +132,22 @@ inline bound_model bind_model(const gguf_file& f) {
   return m;
 }
 
+// Binds any valid qwen35 / qwen35moe file: shapes come from the file. traits_name names the known model
+// the file matches, or is empty for a shape no known traits type describes. Throws gguf_error naming a
+// problem with the file itself (keys, tensors, shapes, types).
+inline bound_model bind_any_model(const gguf_file& f) {
+  bound_model m;
+  m.hparams = read_hparams(f);
+  check_tensors(f, m.hparams);
+  for_each_known_model([&]<class M>() {
+    if (!compare_hparams(m.hparams, hparams_of<M>()).empty()) return false;
+    m.traits_name = M::name;
+    return true;
+  });
+  m.weights = bind_weights(f, m.hparams);
+  return m;
+}
+
 // As bind_model, but the file must match traits M.
 template <models::model_traits M>
 bound_model bind_model_as(const gguf_file& f) {
