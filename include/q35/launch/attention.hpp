@@ -167,8 +167,9 @@ inline size_t attn_layer_workspace_bytes(const attn_shape& s, int64_t max_tokens
   const size_t k = detail::attn_align_256(t * size_t(s.n_kv_heads * s.head_dim) * 4);
   const size_t v = detail::attn_align_256(t * size_t(s.n_kv_heads * s.value_dim) * 4);
   const size_t o = detail::attn_align_256(t * size_t(s.n_heads * s.value_dim) * 4);
-  const size_t mm = detail::attn_align_256(std::max(matmul_workspace_bytes(s.n_embd, int64_t(t)),
-                                               matmul_workspace_bytes(int64_t(s.n_heads) * s.value_dim, int64_t(t))));
+  const size_t mm =
+      detail::attn_align_256(std::max(matmul_workspace_bytes(s.n_embd, int64_t(t)),
+                                      matmul_workspace_bytes(int64_t(s.n_heads) * s.value_dim, int64_t(t))));
   return qg + k + v + o + attn_split_workspace_bytes(s) + mm;
 }
 
