@@ -9,6 +9,7 @@
 // max |x|) plus the fp32 steps per group, as derived at ref::fp32_dot_bound.
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -194,6 +195,49 @@ TEST_CASE("gemv: zero rows launch nothing" * test::needs_device()) {
   a.w = w, a.x = x.data(), a.y = y.data(), a.rows = 0, a.cols = 256;
   Q35_REQUIRE_OK(launch::gemv(a));
   for (float v : test::to_host(y)) CHECK(std::isnan(v));
+}
+
+}  // namespace
+
+namespace {
+
+using namespace q35;
+
+// Activations quantized by their producer (launch::quantize_act16, as a fused RMSNorm/SwiGLU would)
+// give bit-identical outputs to the workspace path, with x itself absent; validation names a
+// too-small workspace and pre-quantized input on a shape without the integer path.
+TEST_CASE("gemv integer path: pre-quantized activations, workspace validation" * test::needs_device()) {
+  using F = quant::q4_k_format;
+  const int64_t rows = 24, cols = 512;
+  const int n_tokens = 3;
+  const test::matmul_case<F> c(rows, cols, n_tokens, gemv_epilogue::store, 141, true);
+  device_buffer<uint8_t> ws, xq;
+  Q35_REQUIRE_OK(ws.allocate(launch::gemv_workspace_bytes(cols, n_tokens)));
+  Q35_REQUIRE_OK(xq.allocate(quant::act16_bytes(cols, n_tokens)));
+  Q35_REQUIRE_OK(launch::quantize_act16(c.dx.data(), n_tokens, cols, xq.data(), xq.bytes()));
+  auto y0 = test::poisoned<float>(size_t(n_tokens * rows)), y1 = test::poisoned<float>(size_t(n_tokens * rows));
+  launch::gemv_args<F> a;
+  a.w = c.w(), a.x = c.dx.data(), a.y = y0.data(), a.rows = rows, a.cols = cols, a.n_tokens = n_tokens;
+  a.maybe_workspace = ws.data(), a.workspace_bytes = ws.bytes();
+  Q35_REQUIRE_OK(launch::gemv(a));
+  auto b = a;
+  b.x = nullptr, b.maybe_workspace = nullptr, b.workspace_bytes = 0, b.y = y1.data();
+  b.maybe_x16 = launch::act16_layout(xq.data(), cols, n_tokens);
+  Q35_REQUIRE_OK(launch::gemv(b));
+  const auto h0 = test::to_host(y0), h1 = test::to_host(y1);
+  CHECK(std::memcmp(h0.data(), h1.data(), h0.size() * sizeof(float)) == 0);
+  for (size_t i = 0; i < h0.size(); ++i) {
+    const auto [want, tol] = c.expect(gemv_epilogue::store, i, chain_depth(cols));
+    CHECK(std::fabs(double(h0[i]) - want) <= tol);
+  }
+  auto small = a;
+  small.workspace_bytes = ws.bytes() - 1;
+  CHECK(launch::validate(small).message().find("is below gemv_workspace_bytes") != std::string::npos);
+  launch::gemv_args<quant::q6_k_format> q6;  // 256 columns: Q6_K's integer items are 2048 wide
+  q6.w = reinterpret_cast<const quant::block_q6_k*>(c.w()), q6.y = y1.data(), q6.rows = 1, q6.cols = 256;
+  q6.maybe_x16 = b.maybe_x16;
+  CHECK(launch::validate(q6).message().find("maybe_x16 is given but this format and shape have no integer path") !=
+        std::string::npos);
 }
 
 }  // namespace

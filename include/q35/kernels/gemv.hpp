@@ -104,13 +104,19 @@ struct gemv_kernel {
         return;  // the whole block leaves: no collective follows
       }
     }
-    const int n_tok = Indexed ? 1 : p.n_tokens;
+    // Run-time even in expert mode (where it is 1): the per-token exits then bound how far ptxas hoists
+    // the loads of both matrices of a swiglu item (a constant let it hoist all of them and spill).
+    const int n_tok = p.n_tokens;
     const int64_t row_bytes = Format::row_bytes(p.cols);
     // Row `row` of matrix m starts at w_row + m * up_offset (bytes).
     const uint8_t* w_row = reinterpret_cast<const uint8_t*>(p.w) + expert * p.expert_stride_bytes + row * row_bytes;
     const int64_t up_offset =
         n_mats == 2 ? reinterpret_cast<const uint8_t*>(p.maybe_w_up) - reinterpret_cast<const uint8_t*>(p.w) : 0;
     const int n_items = int(p.cols / item_elems);
+    // What the epilogue needs after the loop, as one pointer and one predicate (fewer values live
+    // across the loop: ptxas kept row and y on the stack in some instances otherwise).
+    float* const out = y + row;
+    const bool writes = sub == 0 && row < p.rows;
 
     float acc[n_mats][NTokens] = {};
     if (row < p.rows) {
@@ -143,10 +149,10 @@ struct gemv_kernel {
         for (int t = 0; t < NTokens; ++t) acc[m][t] += arch::shfl_xor(acc[m][t], o);
       }
     }
-    if (sub == 0 && row < p.rows) {
+    if (writes) {
       Q35_UNROLL
       for (int t = 0; t < NTokens; ++t)
-        if (t < n_tok) ops::apply_epilogue<Epilogue>(y + int64_t(t) * p.rows + row, acc[0][t], acc[n_mats - 1][t]);
+        if (t < n_tok) ops::apply_epilogue<Epilogue>(out + int64_t(t) * p.rows, acc[0][t], acc[n_mats - 1][t]);
     }
   }
 };

@@ -7,14 +7,16 @@
 namespace q35::ops {
 
 // Defaults for the Qwen3.5 decode shapes:
-// - 128 threads = 4 warps per block, each warp on 32 / lanes rows (lanes per row from the row's
-//   item count): 4096 -> 4096 Q4_K gives 2 rows per warp, 512 blocks; 2048-column expert rows give
-//   4 rows per warp. No shared memory, so occupancy is set by registers alone.
-// - 16-byte vector loads (the widest the GPU has), >= 9 per lane in flight on the integer path.
+// - one warp per block, on 32 / lanes rows (lanes per row from the row's item count): the small
+//   matrices still spread over many SMs (Q6_K 1024 x 4096, 2 lanes per row: 64 blocks; 4 warps per
+//   block gave 16), and with ~48-96 registers at most 20-32 warps fit an SM either way. (With 2
+//   warps per block ptxas put 8 bytes of the Q8_0 swiglu expert instance on the stack.) No shared
+//   memory, so occupancy is set by registers and the 32-blocks-per-SM limit.
+// - 16-byte vector loads (the widest the GPU has), >= 6 per lane in flight on the integer path.
 // Not yet measured on a GPU.
 template <quant::weight_format Format>
 struct gemv_policy {
-  static constexpr int threads = 128;
+  static constexpr int threads = 32;
   static constexpr int vector_bytes = 16;
 };
 
