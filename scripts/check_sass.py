@@ -126,7 +126,7 @@ def main():
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--cuobjdump")
     ap.add_argument("--all", action="store_true", help="also list float-path instances")
-    ap.add_argument("--threads", type=int, default=32, help="threads per GEMV block (ops::gemv_policy)")
+    ap.add_argument("--threads", type=int, default=128, help="threads per GEMV block (ops::gemv_policy)")
     a = ap.parse_args()
     tool = find_tool("cuobjdump", a.cuobjdump)
     sass = subprocess.run([tool, "-sass", "-arch", a.arch, a.binary], capture_output=True, text=True, check=True).stdout

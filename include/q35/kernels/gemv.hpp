@@ -97,7 +97,7 @@ struct gemv_kernel {
     int64_t expert = 0, x_row = 0;
     if constexpr (Indexed) {
       expert = p.maybe_expert_ids[g];
-      x_row = int64_t(unsigned(g) / unsigned(p.x_group_div));
+      x_row = g / p.x_group_div;
       if (expert < 0 || expert >= p.n_experts) {  // device-side guard: flag it, poison this pair's rows
         if (arch::thread_rank() == 0 && p.maybe_error_flag) *p.maybe_error_flag = 1;
         if (sub == 0 && row < p.rows) y[row] = NAN;
