@@ -218,9 +218,11 @@ status gemv(const gemv_args<Format>& a, stream_t stream = nullptr) {
       return dispatch<0, 1, 2>(int(a.epilogue), [&](auto e) -> status {
         constexpr gemv_epilogue epilogue = gemv_epilogue(decltype(e)::value);
         if (a.maybe_expert_ids) return detail::run_gemv<Format, Policy, 1, epilogue, true, act16>(a, x16, stream);
-        // Token counts run in the smallest instance that holds them: 1, 2, 4 or 8 accumulators per row.
-        const int bucket = a.n_tokens <= 1 ? 1 : a.n_tokens <= 2 ? 2 : a.n_tokens <= 4 ? 4 : 8;
-        return dispatch<1, 2, 4, 8>(bucket, [&](auto n) -> status {
+        // Token counts run in the smallest instance that holds them: 1, 4 or 8 accumulators per row.
+        // (No 2-token instance: ptxas put 8 bytes of the Q4_0/Q8_0 2-token swiglu ones on the stack,
+        // nvcc 13.0 sm_90; 2 tokens run in the 4-token instance, which exits its token loop early.)
+        const int bucket = a.n_tokens <= 1 ? 1 : a.n_tokens <= 4 ? 4 : 8;
+        return dispatch<1, 4, 8>(bucket, [&](auto n) -> status {
           return detail::run_gemv<Format, Policy, decltype(n)::value, epilogue, false, act16>(a, x16, stream);
         });
       });
