@@ -20,6 +20,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "q35/arch/shuffle.hpp"
 #include "q35/arch/thread.hpp"
@@ -41,6 +42,12 @@ struct gemv_kernel {
   using block = typename Format::block;
   static constexpr int n_mats = ops::epilogue_mats<Epilogue>;
   static constexpr int threads = Policy::threads;
+  // Registers (launch::kernel_entry): 1-token instances keep ptxas's own choice (36-106 registers on
+  // sm_90 and no local memory, docs/benchmarks.md). Left to itself, ptxas trimmed the multi-token
+  // and Q5_K instances to an occupancy step and spilled 4-24 bytes (nvcc 13.0: sm_80 q4_K 4-token,
+  // q5_K expert, q5_K/q8_0 8-token swiglu; sm_90 float-path 8-token), so those get a minimum of
+  // blocks per SM instead: 2 (multi-token: up to 255 registers) or 4 (Q5_K 1 token: up to 128).
+  static constexpr int min_blocks_per_sm = NTokens > 1 ? 2 : std::is_same_v<Format, quant::q5_k_format> ? 4 : 0;
   static constexpr int n_warps = threads / warp_size;
   static_assert(threads % warp_size == 0, "whole warps");
   static_assert(NTokens >= 1 && NTokens <= 8 && (!Indexed || NTokens == 1), "expert mode: one token per pair");

@@ -250,6 +250,7 @@ inline status validate(const attn_append_args& a) {
 }
 
 // q/k norms + RoPE and the K/V write of every new token: one launch.
+template <int = 0>
 inline status attention_append(const attn_append_args& a, stream_t stream = nullptr) {
   Q35_TRY(validate(a));
   if (a.batch.n_tokens == 0) return status::success();
@@ -286,6 +287,7 @@ inline status validate(const attn_core_args& a) {
 
 namespace detail {
 
+template <int = 0>
 inline status run_attention(const attn_core_args& a, bool prefill, stream_t stream) {
   Q35_TRY(validate(a));
   if (a.batch.n_tokens == 0) return status::success();
@@ -328,11 +330,13 @@ inline status run_attention(const attn_core_args& a, bool prefill, stream_t stre
 
 // One new token per sequence (max_seq_tokens 1; more work but stays correct): rows per block from the
 // GQA ratio, so the heads of a group share one read of K/V; split-KV over long contexts.
+template <int = 0>
 inline status attention_decode(const attn_core_args& a, stream_t stream = nullptr) {
   return detail::run_attention(a, false, stream);
 }
 
 // Many new tokens per sequence, each attending to the cached keys and the new ones up to itself.
+template <int = 0>
 inline status attention_prefill(const attn_core_args& a, stream_t stream = nullptr) {
   return detail::run_attention(a, true, stream);
 }
@@ -365,6 +369,7 @@ inline status validate(const attn_layer_args& a) {
 
 // h += attn_output(attention(x)) for every new token of the batch; the K/V of the new tokens are
 // written to the cache (pages reserved by the caller). Asynchronous.
+template <int = 0>
 inline status attention_layer(const attn_layer_args& a, stream_t stream = nullptr) {
   Q35_TRY(validate(a));
   const attn_shape& s = a.shape;

@@ -68,6 +68,7 @@ inline size_t dense_ffn_workspace_bytes(const ffn_shape& s, int64_t max_tokens) 
 }
 
 // h += W_down (silu(W_gate x) * (W_up x)) for a.n_tokens tokens: two launches. Asynchronous.
+template <int = 0>
 inline status dense_ffn(const ffn_layer_args& a, const dense_ffn_weights& w, stream_t stream = nullptr) {
   const ffn_shape& s = a.shape;
   const std::string fn = "dense_ffn";

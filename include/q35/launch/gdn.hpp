@@ -310,6 +310,7 @@ inline bool gdn_use_chunked(gdn_core_mode mode, int max_seq_tokens) {
          (mode == gdn_core_mode::automatic && max_seq_tokens > gdn_recurrent_max_tokens);
 }
 
+template <int = 0>
 inline status gdn_core_unchecked(const gdn_core_args& a, stream_t stream) {
   if (a.batch.n_tokens == 0 || a.batch.n_seqs == 0) return status::success();
   const bool chunked = gdn_use_chunked(a.mode, a.batch.max_seq_tokens);
@@ -321,16 +322,19 @@ inline status gdn_core_unchecked(const gdn_core_args& a, stream_t stream) {
 
 // The GDN core for a batch (after the projections, before ssm_out): y and the slots' states.
 // Launches: 1 (recurrent) or 4 (chunked). Asynchronous.
+template <int = 0>
 inline status gdn_core(const gdn_core_args& a, stream_t stream = nullptr) {
   Q35_TRY(validate(a));
   return detail::gdn_core_unchecked(a, stream);
 }
 // The decode step: the recurrent core (one launch; any token count, meant for 1 per sequence).
+template <int = 0>
 inline status gdn_decode_step(gdn_core_args a, stream_t stream = nullptr) {
   a.mode = gdn_core_mode::recurrent;
   return gdn_core(a, stream);
 }
 // The chunked prefill core (four launches).
+template <int = 0>
 inline status gdn_prefill(gdn_core_args a, stream_t stream = nullptr) {
   a.mode = gdn_core_mode::chunked;
   return gdn_core(a, stream);
@@ -338,6 +342,7 @@ inline status gdn_prefill(gdn_core_args a, stream_t stream = nullptr) {
 
 // One GDN layer: h += ssm_out(core(projections(x))). Launches: 4 projections + 1 (recurrent core) or
 // 4 (chunked core) + 1 (ssm_out with the residual add). Asynchronous.
+template <int = 0>
 inline status gdn_layer(const gdn_layer_args& a, stream_t stream = nullptr) {
   Q35_TRY(validate(a));
   const int64_t n = a.batch.n_tokens;

@@ -141,6 +141,7 @@ inline quant::act16_view act16_layout(const void* buffer, int64_t cols, int64_t 
 
 // Quantizes n_rows rows of fp32 activations x [n_rows][cols] (cols a multiple of 32, 16-byte
 // aligned) into `out` (quant::act16_bytes(cols, n_rows) bytes, 16-byte aligned). Asynchronous.
+template <int = 0>
 inline status quantize_act16(const float* x, int64_t n_rows, int64_t cols, void* out, size_t out_bytes,
                              stream_t stream = nullptr) {
   auto bad = [](const std::string& m) { return error(status_code::invalid_argument, "quantize_act16: " + m); };

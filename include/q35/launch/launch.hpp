@@ -9,6 +9,19 @@
 // and optionally
 //   static dim3 block(const params&);                a 2-D/3-D block shape whose volume is `threads`
 //   static size_t dynamic_shared_bytes(const params&);  bytes after shared_storage (arch::shared_tail)
+//   static constexpr int min_blocks_per_sm;          __launch_bounds__'s second argument: the register
+//                                                    budget becomes 64K / (threads * min_blocks_per_sm);
+//                                                    0 (or absent): none
+//
+// Without a minimum, ptxas (nvcc 13) picks the register count itself and may trim it to an
+// occupancy step, which spilled 4-20 bytes in some router, GEMV and MoE instances; those kernels
+// declare the blocks per SM they need instead.
+//
+// Run-time dispatchers (launch::matmul, the layer entry points, rmsnorm, sample, ...) are function
+// templates, `template <int = 0>`, although nothing depends on the parameter: the body of a
+// non-template inline function instantiates every kernel it can reach in every translation unit that
+// includes its header, called or not (launch/matmul.hpp alone: 181 kernels, ~100 s of nvcc per GPU
+// architecture). A template instantiates them only where it is called.
 #pragma once
 
 #include <concepts>
@@ -77,6 +90,15 @@ std::string kernel_name() {
 }
 
 namespace detail {
+template <class K>
+constexpr int min_blocks_per_sm() {
+  if constexpr (requires { K::min_blocks_per_sm; }) {
+    static_assert(K::min_blocks_per_sm >= 0, "min_blocks_per_sm >= 0");
+    return K::min_blocks_per_sm;
+  } else {
+    return 0;
+  }
+}
 
 inline status check_shape(const std::string& name, dim3 grid, dim3 block, int threads) {
   auto bad = [&](const std::string& what) { return error(status_code::launch_failed, "kernel " + name + ": " + what); };
@@ -93,11 +115,26 @@ inline status check_shape(const std::string& name, dim3 grid, dim3 block, int th
 }  // namespace detail
 
 #if Q35_BACKEND_CUDA
-// The single generic __global__ entry: every q35 kernel runs through it.
+namespace detail {
 template <class K>
-__global__ void __launch_bounds__(K::threads) kernel_entry(const __grid_constant__ typename K::params p) {
+__device__ __forceinline__ void run_block(const typename K::params& p) {
   extern __shared__ __align__(16) unsigned char q35_shared[];
   K{}(p, *reinterpret_cast<typename K::shared_storage*>(q35_shared));
+}
+}  // namespace detail
+
+// The single generic __global__ entry: every q35 kernel runs through it (one of two overloads, by
+// whether K asks for a minimum of blocks per SM).
+template <class K>
+requires(detail::min_blocks_per_sm<K>() == 0) __global__ void __launch_bounds__(K::threads)
+    kernel_entry(const __grid_constant__ typename K::params p) {
+  detail::run_block<K>(p);
+}
+template <class K>
+requires(detail::min_blocks_per_sm<K>() > 0) __global__
+    void __launch_bounds__(K::threads, detail::min_blocks_per_sm<K>())
+        kernel_entry(const __grid_constant__ typename K::params p) {
+  detail::run_block<K>(p);
 }
 #endif
 

@@ -46,6 +46,7 @@ inline status check_pair(const quant::weight_view& w, const quant::weight_view& 
 }  // namespace detail
 
 // y = W x, y += W x, or y = silu(W_gate x) * (W_up x), for n_tokens >= 0 tokens. Asynchronous.
+template <int = 0>
 inline status matmul(const matmul_args& a, stream_t stream = nullptr) {
   if (a.w.n_mats != 1)
     return detail::bad_matmul("w has " + std::to_string(a.w.n_mats) + " matrices; use matmul_experts");
@@ -88,6 +89,7 @@ struct matmul_experts_args {
 };
 
 // y[p] = W[ids[p]] x[p / x_group_div] (+ epilogue) for every pair p. Asynchronous.
+template <int = 0>
 inline status matmul_experts(const matmul_experts_args& a, stream_t stream = nullptr) {
   if ((a.epilogue == ops::epilogue::swiglu) != !a.maybe_w_up.empty())
     return detail::bad_matmul("swiglu needs maybe_w_up, and only swiglu takes it");

@@ -63,6 +63,7 @@ inline size_t align_256(size_t n) { return (n + 255) / 256 * 256; }
 }  // namespace detail
 
 // Device scratch of moe_group: keys, values and sorted keys [n_pairs] each, plus CUB's temporary storage.
+template <int = 0>
 inline size_t moe_group_temp_bytes(int32_t n_pairs, int n_experts) {
   size_t cub_bytes = 0;
 #if Q35_BACKEND_CUDA
@@ -75,6 +76,7 @@ inline size_t moe_group_temp_bytes(int32_t n_pairs, int n_experts) {
   return 3 * detail::align_256(size_t(n_pairs) * sizeof(int32_t)) + detail::align_256(cub_bytes);
 }
 
+template <int = 0>
 inline status moe_group(const moe_group_args& a, stream_t stream = nullptr) {
   auto bad = [](const std::string& m) { return error(status_code::invalid_argument, "launch::moe_group: " + m); };
   if (a.n_pairs < 0) return bad("n_pairs = " + std::to_string(a.n_pairs) + " is negative");
@@ -122,6 +124,7 @@ struct moe_layout {
   size_t counters, logits, ids, weights, gate, act, sh_act, sh_y;
   size_t sorted_pairs, offsets, tile_starts, group_temp, y, total;
 };
+template <int = 0>
 inline moe_layout moe_plan(const ffn_shape& s, int64_t n) {
   moe_layout l{};
   size_t at = 0;
@@ -161,11 +164,13 @@ inline status check_cols(const std::string& fn, const char* name, const quant::w
 }  // namespace detail
 
 // Device scratch of moe_ffn for up to max_tokens tokens.
+template <int = 0>
 inline size_t moe_workspace_bytes(const ffn_shape& s, int64_t max_tokens) {
   return detail::moe_plan(s, max_tokens).total;
 }
 
 // Checks shapes, views and workspace; the message names the bad value.
+template <int = 0>
 inline status validate_moe(const ffn_layer_args& a, const moe_weights& w) {
   const ffn_shape& s = a.shape;
   const std::string fn = "moe_ffn";
@@ -219,6 +224,7 @@ inline status validate_moe(const ffn_layer_args& a, const moe_weights& w) {
 namespace detail {
 // The prefill path after routing: group the pairs by expert, run each expert over its pairs as a
 // grouped GEMM (gate+up SwiGLU, then down), the shared expert as dense GEMMs, and combine.
+template <int = 0>
 inline status moe_grouped(const ffn_layer_args& a, const moe_weights& w, const moe_layout& l, stream_t stream) {
   const ffn_shape& s = a.shape;
   auto* ws = static_cast<uint8_t*>(a.workspace);
@@ -301,6 +307,7 @@ struct moe_buffers {
   float* sh_act;   // [n][shared_ff]
   float* sh_y;     // [n][n_embd]
 };
+template <int = 0>
 inline moe_buffers moe_buffers_of(const ffn_layer_args& a) {
   moe_buffers b;
   b.l = moe_plan(a.shape, a.n_tokens);
@@ -315,6 +322,7 @@ inline moe_buffers moe_buffers_of(const ffn_layer_args& a) {
 }
 
 // Step 1 (both paths): ids, weights = top-k of softmax(W_r x), renormalised; gate = sigmoid(w_shexp . x).
+template <int = 0>
 inline status moe_route(const ffn_layer_args& a, const moe_weights& w, stream_t stream) {
   const ffn_shape& s = a.shape;
   const moe_buffers b = moe_buffers_of(a);
@@ -341,6 +349,7 @@ inline bool moe_fused_down(const moe_weights& w, const ffn_shape& s) {
 
 // Decode step 2: act[p] = silu(gate_e x) * (up_e x) for every pair, and the shared expert's
 // (through launch::matmul when it has another format; its down projection then too).
+template <int = 0>
 inline status moe_decode_gate_up(const ffn_layer_args& a, const moe_weights& w, stream_t stream) {
   const ffn_shape& s = a.shape;
   const moe_buffers b = moe_buffers_of(a);
@@ -377,6 +386,7 @@ inline status moe_decode_gate_up(const ffn_layer_args& a, const moe_weights& w, 
 }
 
 // Decode step 3: h += sum_j w_j down_{e_j} act_j + gate * down_sh sh_act.
+template <int = 0>
 inline status moe_decode_down(const ffn_layer_args& a, const moe_weights& w, stream_t stream) {
   const ffn_shape& s = a.shape;
   const moe_buffers b = moe_buffers_of(a);
@@ -405,6 +415,7 @@ inline status moe_decode_down(const ffn_layer_args& a, const moe_weights& w, str
 
 // h += MoE(x) for a.n_tokens tokens. Asynchronous on `stream`; the workspace needs no preparation
 // (the router's counters are cleared here) and may be shared with other ops between calls.
+template <int = 0>
 inline status moe_ffn(const ffn_layer_args& a, const moe_weights& w, stream_t stream = nullptr) {
   Q35_TRY(validate_moe(a, w));
   if (a.n_tokens == 0) return status::success();

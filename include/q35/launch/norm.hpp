@@ -35,6 +35,7 @@ inline status validate(const rmsnorm_args& a) {
 }
 
 // y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w. Asynchronous.
+template <int = 0>
 inline status rmsnorm(const rmsnorm_args& a, stream_t stream = nullptr) {
   Q35_TRY(validate(a));
   using kernel = kernels::rmsnorm_kernel<>;
@@ -52,6 +53,7 @@ struct embedding_args {
 };
 
 // out[t] = table[ids[t]] as f32. Asynchronous.
+template <int = 0>
 inline status embedding(const embedding_args& a, stream_t stream = nullptr) {
   auto bad = [](const std::string& m) { return error(status_code::invalid_argument, "launch::embedding: " + m); };
   if (a.n_tokens < 0 || a.n_tokens > 0x7fffffff) return bad("n_tokens = " + std::to_string(a.n_tokens));

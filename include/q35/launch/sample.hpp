@@ -141,6 +141,7 @@ status run_sample(const sample_args& a, stream_t stream) {
 }  // namespace detail
 
 // Samples one id per row into a.out_ids: one launch, asynchronous on cuda; none for 0 rows.
+template <int = 0>
 inline status sample(const sample_args& a, stream_t stream = nullptr) {
   Q35_TRY(validate(a));
   if (a.n_rows == 0) return status::success();
