@@ -16,6 +16,7 @@
 #include "q35/core/dim3.hpp"
 #include "q35/core/vec.hpp"
 #include "q35/ops/epilogue.hpp"
+#include "q35/ops/gemm_tile.hpp"
 #include "q35/quant/formats.hpp"
 
 namespace q35::kernels {
@@ -67,19 +68,11 @@ struct gemm_kernel {
       {
         const int r = t / units_per_k, j = t % units_per_k;
         const int64_t unit = k0 / quant::unit_elems + j;
-        float w[quant::unit_elems];
+        const bool inside = row0 + r < p.rows && (unit + 1) * quant::unit_elems <= p.cols;
         Q35_UNROLL
-        for (int m = 0; m < n_mats; ++m) {
-          const bool inside = row0 + r < p.rows && (unit + 1) * quant::unit_elems <= p.cols;
-          if (inside) {
-            quant::dequant_row_unit<Format>((m == 0 ? p.w : p.maybe_w_up) + (row0 + r) * blocks_per_row, unit, w);
-          } else {
-            Q35_UNROLL
-            for (int i = 0; i < quant::unit_elems; ++i) w[i] = 0.0f;
-          }
-          Q35_UNROLL
-          for (int i = 0; i < quant::unit_elems; ++i) s.w[m][r][16 * j + i] = w[i];
-        }
+        for (int m = 0; m < n_mats; ++m)
+          ops::stage_weight_unit<Format>(inside ? (m == 0 ? p.w : p.maybe_w_up) + (row0 + r) * blocks_per_row : nullptr,
+                                         unit, j, s.w[m][r]);
       }
       // s.x[i][c] = x[tok0 + i][k0 + c], zero outside; 2 x 4 floats per thread
       Q35_UNROLL
@@ -91,22 +84,8 @@ struct gemm_kernel {
         for (int q = 0; q < 4; ++q) s.x[i][c + q] = v[q];
       }
       arch::sync_block();
-      // acc[m][i][j] += sum_k x[ty tm + i][k] * W_m[tx tn + j][k]
-      for (int k = 0; k < bk; ++k) {
-        float a[tm];
-        Q35_UNROLL
-        for (int i = 0; i < tm; ++i) a[i] = s.x[ty * tm + i][k];
-        Q35_UNROLL
-        for (int m = 0; m < n_mats; ++m) {
-          Q35_UNROLL
-          for (int j = 0; j < tn; ++j) {
-            const float b = s.w[m][tx * tn + j][k];
-            Q35_UNROLL
-            for (int i = 0; i < tm; ++i) acc[m][i][j] += a[i] * b;
-          }
-        }
-      }
-      arch::sync_block();  // the next step overwrites the tiles
+      ops::tile_multiply_accumulate<bk>(s.x, s.w, ty, tx, acc);  // acc += x_tile W_tile^T
+      arch::sync_block();                                        // the next step overwrites the tiles
     }
 
     Q35_UNROLL

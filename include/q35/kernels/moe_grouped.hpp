@@ -17,6 +17,7 @@
 #include "q35/core/dim3.hpp"
 #include "q35/core/vec.hpp"
 #include "q35/kernels/moe_group.hpp"
+#include "q35/ops/gemm_tile.hpp"
 #include "q35/quant/formats.hpp"
 
 namespace q35::kernels {
@@ -85,18 +86,11 @@ struct moe_grouped_kernel {
       {
         const int r = t / units_per_k, j = t % units_per_k;
         const int64_t unit = k0 / quant::unit_elems + j;
-        float w[quant::unit_elems];
+        const bool inside = row0 + r < p.rows && (unit + 1) * quant::unit_elems <= p.cols;
         Q35_UNROLL
         for (int m = 0; m < n_mats; ++m) {
-          if (row0 + r < p.rows && (unit + 1) * quant::unit_elems <= p.cols) {
-            const uint8_t* row = w_e + (m == 1 ? p.up_offset_bytes : 0) + (row0 + r) * row_bytes;
-            quant::dequant_row_unit<Format>(reinterpret_cast<const block*>(row), unit, w);
-          } else {
-            Q35_UNROLL
-            for (int i = 0; i < quant::unit_elems; ++i) w[i] = 0.0f;
-          }
-          Q35_UNROLL
-          for (int i = 0; i < quant::unit_elems; ++i) s.w[m][r][16 * j + i] = w[i];
+          const uint8_t* row = w_e + (m == 1 ? p.up_offset_bytes : 0) + (row0 + r) * row_bytes;
+          ops::stage_weight_unit<Format>(inside ? reinterpret_cast<const block*>(row) : nullptr, unit, j, s.w[m][r]);
         }
       }
       // s.x[i][c] = x row of sorted pair i0 + i, columns k0 + c; zero outside; 2 x 4 floats per thread
@@ -112,22 +106,8 @@ struct moe_grouped_kernel {
         for (int q = 0; q < 4; ++q) s.x[i][c + q] = v[q];
       }
       arch::sync_block();
-      // acc[m][i][j] += sum_c x[ty tm + i][c] * W_m[tx tn + j][c]
-      for (int c = 0; c < bk; ++c) {
-        float a[tm];
-        Q35_UNROLL
-        for (int i = 0; i < tm; ++i) a[i] = s.x[ty * tm + i][c];
-        Q35_UNROLL
-        for (int m = 0; m < n_mats; ++m) {
-          Q35_UNROLL
-          for (int j = 0; j < tn; ++j) {
-            const float b = s.w[m][tx * tn + j][c];
-            Q35_UNROLL
-            for (int i = 0; i < tm; ++i) acc[m][i][j] += a[i] * b;
-          }
-        }
-      }
-      arch::sync_block();  // the next step overwrites the tiles
+      ops::tile_multiply_accumulate<bk>(s.x, s.w, ty, tx, acc);  // acc += x_tile W_tile^T
+      arch::sync_block();                                        // the next step overwrites the tiles
     }
 
     Q35_UNROLL
