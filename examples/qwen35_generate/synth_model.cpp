@@ -138,37 +138,7 @@ status synth_model::build(const io::model_hparams& h, bool tied, uint64_t seed, 
     const auto it = by_name.find(name);
     return it == by_name.end() ? nullptr : it->second;
   };
-  io::model_weights w;
-  w.token_embd = get("token_embd.weight");
-  w.output_norm = get("output_norm.weight");
-  w.tied_embeddings = tied;
-  w.output = tied ? w.token_embd : get("output.weight");
-  for (uint32_t il = 0; il < h.n_layers; ++il) {
-    const std::string b = "blk." + std::to_string(il) + ".";
-    io::layer_weights l;
-    l.kind = h.layer_kinds[il];
-    l.ffn_kind = h.ffn_kinds[il];
-    l.attn_norm = get(b + "attn_norm.weight");
-    l.post_attention_norm = get(b + "post_attention_norm.weight");
-    l.attn = {get(b + "attn_q.weight"),      get(b + "attn_k.weight"),      get(b + "attn_v.weight"),
-              get(b + "attn_output.weight"), get(b + "attn_q_norm.weight"), get(b + "attn_k_norm.weight")};
-    l.gdn = {get(b + "attn_qkv.weight"),
-             get(b + "attn_gate.weight"),
-             get(b + "ssm_conv1d.weight"),
-             get(b + "ssm_dt.bias"),
-             get(b + "ssm_a"),
-             get(b + "ssm_beta.weight"),
-             get(b + "ssm_alpha.weight"),
-             get(b + "ssm_norm.weight"),
-             get(b + "ssm_out.weight")};
-    l.ffn = {get(b + "ffn_gate.weight"), get(b + "ffn_up.weight"), get(b + "ffn_down.weight")};
-    l.moe = {get(b + "ffn_gate_inp.weight"),   get(b + "ffn_gate_exps.weight"),
-             get(b + "ffn_up_exps.weight"),    nullptr,
-             get(b + "ffn_down_exps.weight"),  get(b + "ffn_gate_inp_shexp.weight"),
-             get(b + "ffn_gate_shexp.weight"), get(b + "ffn_up_shexp.weight"),
-             get(b + "ffn_down_shexp.weight")};
-    w.layers.push_back(l);
-  }
+  io::model_weights w = io::bind_weights_with(h, get);  // tied: there is no output.weight
   return model_.bind(h, w, data_.data(), total);
 }
 

@@ -79,9 +79,12 @@ struct bound_model {
   model_weights weights;
 };
 
-// Binds the weights of a file whose tensors passed check_tensors(f, h).
-inline model_weights bind_weights(const gguf_file& f, const model_hparams& h) {
-  auto get = [&](const std::string& name) { return f.find_tensor(name); };
+// Binds the weights of a model with hyperparameters h, each tensor looked up by its GGUF name:
+// get(name) returns its const tensor_info*, or null when there is none (no output.weight: tied
+// embeddings). For a GGUF file, bind_weights below; an engine that lays out its own tensors (the
+// example's synthetic benchmark models) passes its own lookup.
+template <class Lookup>
+model_weights bind_weights_with(const model_hparams& h, Lookup&& get) {
   model_weights w;
   w.token_embd = get("token_embd.weight");
   w.output_norm = get("output_norm.weight");
@@ -120,6 +123,11 @@ inline model_weights bind_weights(const gguf_file& f, const model_hparams& h) {
     w.layers.push_back(l);
   }
   return w;
+}
+
+// Binds the weights of a file whose tensors passed check_tensors(f, h).
+inline model_weights bind_weights(const gguf_file& f, const model_hparams& h) {
+  return bind_weights_with(h, [&](const std::string& name) { return f.find_tensor(name); });
 }
 
 // Reads, checks and binds `f` against the known traits; throws gguf_error naming the problem.
