@@ -42,7 +42,7 @@ TEST_CASE("moe_ffn: (E, k, width) grid against float64 at 1, 3, 8 and 100 tokens
 }
 
 TEST_CASE("moe_ffn: 35B-A3B routing (256 experts, top-8, width 512) in Q4_K / Q6_K" * test::needs_device()) {
-  for (const int64_t n_tokens : {1, 3}) {
+  for (const int64_t n_tokens : {1, 3, 8, 100}) {  // decode kernels up to 8, the grouped prefill path at 100
     test::moe_case_spec s;
     s.n_experts = 256, s.k = 8, s.expert_ff = 512, s.shared_ff = 512, s.n_tokens = n_tokens, s.seed = 7 + n_tokens;
     s.type = s.sh_type = id(type_id::q4_k);
