@@ -215,7 +215,7 @@ TEST_CASE("attention decode: a 32768-token context" * test::needs_device()) {
   CHECK(c.check(r.out, {0}, {2}) == 0);
 }
 
-TEST_CASE("attention: invalid arguments are statuses naming the value") {
+TEST_CASE("attention: invalid arguments are statuses naming the value" * test::needs_device()) {
   test::attn_case c(2, 2, 128, 32, kv_type::f16, 16, 8, 121);
   launch::attn_core_args a;
   a.shape = c.lshape;

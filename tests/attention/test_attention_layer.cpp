@@ -144,7 +144,7 @@ TEST_CASE("attention_layer: prompt, decode step and a chunk against float64" * t
   CHECK(f.run(5) == 0);
 }
 
-TEST_CASE("attention_layer: validation names the bad weight and the workspace") {
+TEST_CASE("attention_layer: validation names the bad weight and the workspace" * test::needs_device()) {
   layer_fixture f;
   launch::attn_layer_args a;
   a.shape = f.shape, a.w = f.w(), a.kv = f.pool.layer(0);

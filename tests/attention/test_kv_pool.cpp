@@ -109,7 +109,8 @@ TEST_CASE("page_table_host: CSR rows, page indices, last-page lengths") {
   CHECK(t.build(a, std::vector<int>{7}).code() == status_code::invalid_argument);
 }
 
-TEST_CASE("kv_pool: one allocation, per-layer views, page copies in every layer, shape errors named") {
+TEST_CASE("kv_pool: one allocation, per-layer views, page copies in every layer, shape errors named" *
+          test::needs_device()) {
   kv::kv_pool pool;
   kv::kv_pool_shape s{3, 2, 128, 128, 16, 5, kv::kv_type::f16};
   Q35_REQUIRE_OK(pool.allocate(s));

@@ -24,7 +24,7 @@ bool has(const std::string& msg, const std::string& part) {
 
 }  // namespace
 
-TEST_CASE("gdn validate: bad shapes, batches and workspaces name the value") {
+TEST_CASE("gdn validate: bad shapes, batches and workspaces name the value" * test::needs_device()) {
   test::gdn_case<> g(2, 4, 64, 64, 2, 1);
   std::vector<int32_t> offsets{0, 3, 5}, slots{0, 1};
   auto d_off = test::to_device(offsets);
@@ -75,7 +75,7 @@ TEST_CASE("gdn validate: bad shapes, batches and workspaces name the value") {
   Q35_REQUIRE_OK(launch::gdn_layer(b));
 }
 
-TEST_CASE("recurrent_state_pool: layout, reset, copy, snapshot, restore and bad slots") {
+TEST_CASE("recurrent_state_pool: layout, reset, copy, snapshot, restore and bad slots" * test::needs_device()) {
   kv::recurrent_state_pool pool;
   CHECK(has(refused(pool.reset(0)), "not allocated"));
   kv::gdn_state_shape s{3, 2, 2, 4, 64, 64, 4};

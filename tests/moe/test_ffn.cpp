@@ -50,7 +50,7 @@ TEST_CASE("dense_ffn: Q4_K and Q8_0 weights at 1, 3, 8 and 40 tokens against flo
     for (const int64_t n : {1, 3, 8, 40}) check_dense(uint32_t(t), 256, 512, n, 900 + uint64_t(n));
 }
 
-TEST_CASE("dense_ffn: validation names the bad value") {
+TEST_CASE("dense_ffn: validation names the bad value" * test::needs_device()) {
   const test::moe_tensor gate = test::make_tensor(uint32_t(quant::type_id::q8_0), 1, 64, 32, 1);
   launch::ffn_layer_args a;
   a.shape.n_embd = 32, a.shape.ff_dim = 64, a.n_tokens = 1;

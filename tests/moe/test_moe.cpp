@@ -115,7 +115,7 @@ TEST_CASE("moe_ffn: no shared expert; shared width unlike the experts'" * test::
   run_and_check(s);
 }
 
-TEST_CASE("moe_ffn: zero tokens launch nothing") {
+TEST_CASE("moe_ffn: zero tokens launch nothing" * test::needs_device()) {
   test::moe_case_spec s;
   s.n_tokens = 0;
   const test::moe_case c = test::make_moe_case(s);
@@ -124,7 +124,7 @@ TEST_CASE("moe_ffn: zero tokens launch nothing") {
   Q35_REQUIRE_OK(launch::moe_ffn(a, c.weights));
 }
 
-TEST_CASE("moe_ffn: validation names the bad value") {
+TEST_CASE("moe_ffn: validation names the bad value" * test::needs_device()) {
   test::moe_case_spec s;
   const test::moe_case c = test::make_moe_case(s);
   device_buffer<float> x = test::to_device(c.x), h = test::to_device(c.h0);
