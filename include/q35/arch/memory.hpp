@@ -39,7 +39,9 @@ inline status device_alloc(void** ptr, size_t bytes) {
   *ptr = nullptr;
   if (bytes == 0) return status::success();
 #if Q35_BACKEND_CUDA
-  return detail::cuda_status(cudaMalloc(ptr, bytes), "cudaMalloc", status_code::out_of_memory);
+  // out_of_memory only for cudaErrorMemoryAllocation (cuda_status); a driver or context error is not
+  // reported as a full device
+  return detail::cuda_status(cudaMalloc(ptr, bytes), "cudaMalloc");
 #else
   if (bytes > SIZE_MAX - 255)
     return error(status_code::out_of_memory, "sim: cannot allocate " + std::to_string(bytes) + " bytes");
