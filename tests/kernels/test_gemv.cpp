@@ -32,8 +32,10 @@ constexpr int64_t min_cols = F::block_elems > quant::unit_elems ? F::block_elems
 // Runs one plain GEMV with epilogue `e` and compares every output with the float64 reference.
 // act16: through the integer path (activations quantized into a workspace first).
 template <class F>
-void check_gemv(int64_t rows, int64_t cols, int n_tokens, gemv_epilogue e, uint64_t seed, bool act16 = false) {
+void check_gemv(int64_t rows, int64_t cols, int n_tokens, gemv_epilogue e, uint64_t seed, bool act16 = false,
+                int warps_per_row = 0) {
   CAPTURE(F::name);
+  CAPTURE(warps_per_row);
   CAPTURE(rows);
   CAPTURE(cols);
   CAPTURE(n_tokens);
@@ -55,6 +57,7 @@ void check_gemv(int64_t rows, int64_t cols, int n_tokens, gemv_epilogue e, uint6
     a.epilogue = e;
     a.maybe_workspace = workspace.data();
     a.workspace_bytes = workspace.bytes();
+    a.warps_per_row = warps_per_row;
     if (act16) REQUIRE(launch::gemv_has_int_path(a));
     Q35_REQUIRE_OK(launch::gemv(a));
     const auto y = test::to_host(dy);
@@ -112,6 +115,23 @@ TEST_CASE_TEMPLATE("gemv integer path: every quantized format, 1-8 tokens, every
   check_gemv<F>(8, item, 4, gemv_epilogue::residual, 122, true);
   check_gemv<F>(19, item, 1, gemv_epilogue::swiglu, 131, true);
   check_gemv<F>(11, 2 * item, 7, gemv_epilogue::swiglu, 132, true);
+}
+
+// Split-K: 1, 2 and 4 warps of a block on the same rows (a slice each, summed in slice order), on
+// rows with more and with fewer items than a row's workers, every epilogue, both paths. The
+// automatic choice takes a split wherever a matrix has fewer than 4 blocks per SM (most shapes above).
+TEST_CASE_TEMPLATE("gemv: split-K across 1, 2 and 4 warps per row" * test::needs_device(), F, Q35_ALL_FORMATS) {
+  for (int warps : {1, 2, 4}) {
+    check_gemv<F>(7, 18 * min_cols<F>, 1, gemv_epilogue::store, 51, false, warps);
+    check_gemv<F>(9, 2 * min_cols<F>, 3, gemv_epilogue::residual, 52, false, warps);
+    check_gemv<F>(6, 5 * min_cols<F>, 8, gemv_epilogue::swiglu, 53, false, warps);
+    if constexpr (ops::has_dot16<F>) {
+      const int64_t item = ops::dot16<F>::item_elems;
+      check_gemv<F>(7, 12 * item, 1, gemv_epilogue::store, 54, true, warps);    // 4 lanes x 3 items
+      check_gemv<F>(5, 3 * item, 4, gemv_epilogue::residual, 55, true, warps);  // 1 lane x 3 items
+      check_gemv<F>(6, 2 * item, 1, gemv_epilogue::swiglu, 56, true, warps);    // fewer items than workers
+    }
+  }
 }
 
 // Real Qwen3.5-9B decode shapes through the integer path the decoder takes (the sim runs them in

@@ -55,10 +55,10 @@ TEST_CASE_TEMPLATE("router: exact logits, ids and weights vs float64, E = 8 ... 
   }
 }
 
-TEST_CASE("router: many ties (n_embd 4, dyadic inputs) resolve to the lower expert index" * test::needs_device()) {
+TEST_CASE("router: many ties (n_embd 16, dyadic inputs) resolve to the lower expert index" * test::needs_device()) {
   for (uint64_t seed = 0; seed < 6; ++seed) {
-    check_exact<traits<60, 8>>(13, 4, 500 + seed, false);
-    check_exact<traits<256, 16>>(5, 4, 600 + seed, true);
+    check_exact<traits<60, 8>>(13, 16, 500 + seed, false);
+    check_exact<traits<256, 16>>(5, 16, 600 + seed, true);
   }
 }
 
@@ -77,8 +77,8 @@ TEST_CASE("router: the model traits (Qwen3.5-35B-A3B, the 64-expert layout) plug
 }
 
 TEST_CASE("router: half and bf16 router weights" * test::needs_device()) {
-  // multiples of 1/64 in [-1, 1] are exact in both; n_embd 40 is a multiple of 8 (one 16-byte load)
-  check_exact<traits<60, 4>, half>(6, 40, 900, true);
+  // multiples of 1/64 in [-1, 1] are exact in both; n_embd 48 is three 16-element units
+  check_exact<traits<60, 4>, half>(6, 48, 900, true);
   check_exact<traits<256, 8>, bf16>(5, 256, 901, true);
   check_exact<traits<512, 16>, half>(3, 64, 902, false);
 }
@@ -92,12 +92,12 @@ TEST_CASE("router: every policy shape (warps, tokens and rows per block, loads i
   check_exact<traits<60, 4>, float, kernels::router_policy<64, 2, 2, 1, 1>>(5, 96, 61, true);
   // 8 warps in 4 groups of 2 (split-k 2), 4 rows per block; 19 tokens: the last tile is partial
   check_exact<traits<256, 8>, float, kernels::router_policy<256, 8, 4, 2, 2>>(19, 160, 62, true);
-  // all 8 warps on one row (split-k 8), 2 rows per block; n_embd 200 leaves most slices short
-  check_exact<traits<512, 16>, bf16, kernels::router_policy<256, 1, 2, 3, 8>>(3, 200, 63, true);
-  // the same with every slice holding columns (8 warps x 32 lanes x 8 bf16 = 2048 per step), so
-  // each block's second row overwrites live split-k partials: the barrier after the sum matters
+  // all 8 warps on one row (split-k 8), 2 rows per block; n_embd 208 (13 units) leaves 7 slices empty
+  check_exact<traits<512, 16>, bf16, kernels::router_policy<256, 1, 2, 3, 8>>(3, 208, 63, true);
+  // the same with n_embd 2560 (160 units: slices 0-4 hold columns, one unit per lane); each block's
+  // second row overwrites live split-k partials: the barrier after the sum matters
   check_exact<traits<64, 4>, bf16, kernels::router_policy<256, 1, 2, 3, 8>>(2, 2048 + 512, 65, true);
-  check_exact<traits<60, 8>, half, kernels::router_policy<128, 3, 2, 1, 2>>(7, 72, 64, false);
+  check_exact<traits<60, 8>, half, kernels::router_policy<128, 3, 2, 1, 2>>(7, 80, 64, false);
 }
 
 TEST_CASE("router: sigmoid scoring, with and without renormalisation" * test::needs_device()) {
@@ -240,7 +240,7 @@ TEST_CASE("router: validate names the bad value") {
   a = good, a.n_experts = 128;
   expect(a, "do not match the traits (64, 4)");
   a = good, a.n_embd = 66;
-  expect(a, "n_embd = 66 is not a positive multiple of the vector width 4");
+  expect(a, "n_embd = 66 is not a positive multiple of the GEMV unit of 16 elements");
   a = good, a.x = nullptr;
   expect(a, "x is null");
   a = good, a.w_router = nullptr;
@@ -269,7 +269,8 @@ TEST_CASE("router: validate names the bad value") {
   launch::router_args<half> h;
   h.n_tokens = 0, h.n_embd = 36, h.n_experts = 64, h.n_experts_used = 4;
   const status s = launch::validate<T, half>(h);
-  CHECK(s.message().find("n_embd = 36 is not a positive multiple of the vector width 8") != std::string::npos);
+  CHECK(s.message().find("n_embd = 36 is not a positive multiple of the GEMV unit of 16 elements") !=
+        std::string::npos);
 
   // Zero tokens: nothing to check beyond the shape, nothing launched.
   a = good, a.n_tokens = 0, a.x = nullptr, a.ids = nullptr;

@@ -35,7 +35,8 @@ struct moe_ref_depths {
 // The warp-per-row dots (ops::warp_row_dots, the GEMV): each lane sums 16 products per unit over
 // ceil(cols / 512) units in chains of 4 (<= 16 additions per unit), then 5 butterfly steps.
 inline int64_t warp_unit_depth(int64_t cols) { return 16 * ((cols + 511) / 512) + 6; }
-// The router (ops::warp_dot_tokens): cols / 32 products per lane at most, 5 butterfly steps and <= 4 split-k partials.
+// The router (ops::gemv_engine, float path): cols / 32 products per lane at most, 5 butterfly steps and <= 4 split-k
+// partials.
 inline int64_t router_depth(int64_t cols) { return (cols + 31) / 32 + 10; }
 // A tiled GEMM that accumulates each output serially over all columns.
 inline int64_t serial_depth(int64_t cols) { return cols + 1; }

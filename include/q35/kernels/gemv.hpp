@@ -1,23 +1,25 @@
 // gemv_kernel: y = W x for 1-8 tokens (decode), W in any supported GGUF format, fp32 accumulation,
 // with the epilogues the decoder needs (store, residual add, SwiGLU of gate and up) and an
-// expert-indexed mode (MoE: each pair reads the expert matrix its id names). The one weight-streaming
-// engine of every decode product.
+// expert-indexed mode (MoE: each pair reads the expert matrix its id names). Its loop is
+// ops::gemv_engine, the weight-streaming engine of every decode product (the router's logits too).
 //
 // Thread mapping: a row is split into work items (integer path: ops::dot16<Format>::item_bytes of
 // whole blocks, e.g. one Q4_K block; float path: one 16-element unit). A group of `lanes` = 2^k
 // consecutive lanes of a warp owns one row (lanes = the largest power of two <= 32 that divides the
-// row's item count, so every lane gets the same number of items); lane l of the group takes items
-// l, l + lanes, ... straight from global memory into registers (each integer item is >= 9
-// independent 16-byte loads issued before any is used), and an xor-shuffle tree over the group
-// finishes the row. No shared memory and no block barrier. grid.y is the group (expert mode: one
-// (token, slot) pair per group).
+// row's item count, so every lane gets the same number of items), and 2^log2_split warps of the block
+// share the same rows (split-K, chosen by launch::gemv where a matrix has too few rows to fill the
+// GPU); each worker takes its items straight from global memory into registers (each integer item is
+// >= 9 independent 16-byte loads issued before any is used), an xor-shuffle tree over the lanes and
+// then the slices in order through shared memory finish the row: no barrier in the loop, one after
+// it when split. grid.y is the group (expert mode: one (token, slot) pair per group).
 //
 // Integer path (Act16): activations arrive as 16-bit integers with one fp32 scale per 32 elements
 // (quant/act16.hpp, filled by act16_quantize_kernel), products are summed exactly by dp2a and
 // scaled in fp32. Float path: fp32 activations and the bit-exact float dequantization
-// (ops::dot_unit), for the plain float formats and for shapes the integer items do not tile.
+// (quant::dequant_row_unit), for the plain float formats and for shapes the integer items do not tile.
 #pragma once
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -27,8 +29,7 @@
 #include "q35/arch/vector_load.hpp"
 #include "q35/core/dim3.hpp"
 #include "q35/ops/epilogue.hpp"
-#include "q35/ops/gemv_dot.hpp"
-#include "q35/ops/gemv_dot16.hpp"
+#include "q35/ops/gemv_engine.hpp"
 #include "q35/ops/gemv_policy.hpp"
 #include "q35/quant/act16.hpp"
 #include "q35/quant/formats.hpp"
@@ -41,6 +42,7 @@ template <quant::weight_format Format, class Policy, int NTokens, gemv_epilogue 
 struct gemv_kernel {
   using block = typename Format::block;
   static constexpr int n_mats = ops::epilogue_mats<Epilogue>;
+  using engine = ops::gemv_engine<Format, NTokens, n_mats, Act16>;
   static constexpr int threads = Policy::threads;
   // Registers (launch::kernel_entry): 1-token instances keep ptxas's own choice (36-106 registers on
   // sm_90 and no local memory, docs/benchmarks.md). Left to itself, ptxas trimmed the multi-token
@@ -54,13 +56,9 @@ struct gemv_kernel {
   static_assert(!Act16 || ops::has_dot16<Format>, "the integer path needs ops::dot16<Format>");
 
   // Elements of one work item.
-  static constexpr int item_elems = [] {
-    if constexpr (Act16) {
-      return ops::dot16<Format>::item_elems;
-    } else {
-      return quant::unit_elems;
-    }
-  }();
+  static constexpr int item_elems = engine::item_elems;
+  // Largest log2 of the warps that may share a row (split-K): all of the block's.
+  static constexpr int max_log2_split = std::countr_zero(unsigned(n_warps));
 
   struct params {
     const block* w;           // expert e's rows start expert_stride_bytes * e after w (n_experts = 1 unless Indexed)
@@ -72,6 +70,7 @@ struct gemv_kernel {
     int n_tokens;    // plain: tokens sharing the weight pass, 1..NTokens
     int n_groups;    // plain: 1; expert mode: pairs (token, slot)
     int log2_lanes;  // lanes per row = 2^log2_lanes (<= 5), dividing cols / item_elems
+    int log2_split;  // warps per row = 2^log2_split (<= max_log2_split): split-K across warps
     // Expert mode only:
     const int32_t* maybe_expert_ids;  // [n_groups], device-resident; out-of-range ids set *maybe_error_flag
     int32_t n_experts;
@@ -79,7 +78,9 @@ struct gemv_kernel {
     int x_group_div;              // group g reads x row g / x_group_div (top-k slots of one token share x)
     int* maybe_error_flag;        // set to 1 by a block whose expert id is out of range
   };
-  struct shared_storage {};
+  struct shared_storage {
+    typename engine::template warp_partials<n_warps> partials;  // split-K partial sums
+  };
 
   // Lanes per row for a row of `cols` elements: the largest power of two <= 32 dividing its items.
   static int log2_lanes_for(int64_t cols) {
@@ -88,17 +89,24 @@ struct gemv_kernel {
     while (k < 5 && items % (int64_t(2) << k) == 0) ++k;
     return k;
   }
-  static int64_t rows_per_block(const params& p) { return int64_t(n_warps) * (warp_size >> p.log2_lanes); }
+  static int64_t rows_per_block(const params& p) {
+    return int64_t(n_warps >> p.log2_split) * (warp_size >> p.log2_lanes);
+  }
   static dim3 grid(const params& p) {
     return dim3(unsigned(ceil_div<int64_t>(p.rows, rows_per_block(p))), unsigned(p.n_groups));
   }
 
-  Q35_DEVICE void operator()(const params& p, shared_storage&) const {
+  // Thread mapping: warp w of the block is slice w % 2^log2_split of row group w / 2^log2_split; lane
+  // l of a warp is worker l % lanes of row l / lanes of its group. Worker `sub` of slice s takes
+  // items s * lanes + sub, + lanes * 2^log2_split, ... of its row.
+  Q35_DEVICE void operator()(const params& p, shared_storage& s) const {
     const int g = int(arch::block_idx().y);
-    const int lane = arch::lane_id();
-    const int lanes = 1 << p.log2_lanes;
+    const int lane = arch::lane_id(), warp = arch::warp_id();
+    const int lanes = 1 << p.log2_lanes, split = 1 << p.log2_split;
     const int sub = lane & (lanes - 1);  // this lane's place in its row's group
-    const int64_t row = (int64_t(arch::block_idx().x) * n_warps + arch::warp_id()) * (warp_size >> p.log2_lanes) +
+    const int slice = warp & (split - 1);
+    const int64_t row = (int64_t(arch::block_idx().x) * (n_warps >> p.log2_split) + (warp >> p.log2_split)) *
+                            (warp_size >> p.log2_lanes) +
                         (lane >> p.log2_lanes);
     float* y = p.y + int64_t(g) * NTokens * p.rows;
     int64_t expert = 0, x_row = 0;
@@ -107,7 +115,7 @@ struct gemv_kernel {
       x_row = g / p.x_group_div;
       if (expert < 0 || expert >= p.n_experts) {  // device-side guard: flag it, poison this pair's rows
         if (arch::thread_rank() == 0 && p.maybe_error_flag) *p.maybe_error_flag = 1;
-        if (sub == 0 && row < p.rows) y[row] = NAN;
+        if (sub == 0 && slice == 0 && row < p.rows) y[row] = NAN;
         return;  // the whole block leaves: no collective follows
       }
     }
@@ -119,43 +127,24 @@ struct gemv_kernel {
     const uint8_t* w_row = reinterpret_cast<const uint8_t*>(p.w) + expert * p.expert_stride_bytes + row * row_bytes;
     const int64_t up_offset =
         n_mats == 2 ? reinterpret_cast<const uint8_t*>(p.maybe_w_up) - reinterpret_cast<const uint8_t*>(p.w) : 0;
-    const int n_items = int(p.cols / item_elems);
     // What the epilogue needs after the loop, as one pointer and one predicate (fewer values live
     // across the loop: ptxas kept row and y on the stack in some instances otherwise).
     float* const out = y + row;
-    const bool writes = sub == 0 && row < p.rows;
+    const bool writes = sub == 0 && slice == 0 && row < p.rows;
 
     float acc[n_mats][NTokens] = {};
     if (row < p.rows) {
+      ops::gemv_input in{};  // only the path's own pointers (the other may be null)
+      in.cols = p.cols;
       if constexpr (Act16) {
-        using dot = ops::dot16<Format>;
-        constexpr int item_groups = item_elems / quant::act16_group_elems;
-        const ops::act16_in in{p.x16.q + x_row * p.cols, p.x16.groups + x_row * (p.cols / quant::act16_group_elems),
-                               p.cols};
-        for (int it = sub; it < n_items; it += lanes) {
-          Q35_UNROLL
-          for (int m = 0; m < n_mats; ++m)
-            dot::template dot<NTokens>(w_row + m * up_offset + int64_t(it) * dot::item_bytes, in,
-                                       int64_t(it) * item_groups, n_tok, acc[m]);
-        }
+        in.x16 = {p.x16.q + x_row * p.cols, p.x16.groups + x_row * (p.cols / quant::act16_group_elems), p.cols};
       } else {
-        const float* x = p.x + x_row * p.cols;
-        for (int it = sub; it < n_items; it += lanes) {
-          Q35_UNROLL
-          for (int m = 0; m < n_mats; ++m)
-            ops::dot_unit<Format, NTokens>(reinterpret_cast<const block*>(w_row + m * up_offset), it,
-                                           x + int64_t(it) * quant::unit_elems, p.cols, n_tok, acc[m]);
-        }
+        in.x = p.x + x_row * p.cols;
       }
+      engine::accumulate(w_row, up_offset, in, slice * lanes + sub, lanes * split, n_tok, acc);
     }
-    // The group's partial sums, combined by an xor tree inside the group (offsets < lanes).
-    for (int o = lanes >> 1; o > 0; o >>= 1) {
-      Q35_UNROLL
-      for (int m = 0; m < n_mats; ++m) {
-        Q35_UNROLL
-        for (int t = 0; t < NTokens; ++t) acc[m][t] += arch::shfl_xor(acc[m][t], o);
-      }
-    }
+    engine::reduce_lanes(lanes, acc);              // the row's workers in this warp
+    engine::reduce_warps(split, s.partials, acc);  // then its slices, in slice order
     if (writes) {
       Q35_UNROLL
       for (int t = 0; t < NTokens; ++t)

@@ -2,8 +2,9 @@
 // plus the shared-expert gate, in one launch.
 //
 // Thread-to-data mapping. Block (tile, chunk) computes the logits of Policy::tokens_per_block tokens
-// for Policy::rows_per_block weight rows and stores them in the workspace: Policy::split_k warps
-// share a row (each a slice of its columns, combined through shared memory in a fixed order), the
+// for Policy::rows_per_block weight rows with the GEMV engine (ops::gemv_engine, float path) and
+// stores them in the workspace: Policy::split_k warps share a row (each a slice of its columns,
+// combined through shared memory in a fixed order), the
 // block's n_warps / split_k warp groups take rows g, g + groups, ...; row n_experts is the
 // shared-expert gate. The last block of a token tile to finish (an atomic counter per tile, which
 // it resets to 0) then routes the tile's tokens, one warp per token.
@@ -13,6 +14,7 @@
 #include <cmath>
 #include <concepts>
 #include <cstdint>
+#include <type_traits>
 
 #include "q35/arch/atomic.hpp"
 #include "q35/arch/fence.hpp"
@@ -22,8 +24,9 @@
 #include "q35/core/dim3.hpp"
 #include "q35/core/vec.hpp"
 #include "q35/kernels/router_policy.hpp"
+#include "q35/ops/gemv_engine.hpp"
 #include "q35/ops/router.hpp"
-#include "q35/ops/router_gemv.hpp"
+#include "q35/quant/format_list.hpp"
 
 namespace q35::kernels {
 
@@ -35,6 +38,25 @@ concept router_traits = requires {
 }
 &&(T::n_experts >= 1) && (T::n_experts <= ops::router_max_experts) && (T::n_experts_used >= 1) &&
     (T::n_experts_used <= ops::router_max_k) && (T::n_experts_used <= T::n_experts);
+
+// The weight format of router weights stored as T: f32/f16/bf16 for float/half/bf16, else the GGUF
+// format whose block T is.
+template <class T, class List>
+struct format_with_block;
+template <class T, class F, class... Rest>
+struct format_with_block<T, quant::format_list<F, Rest...>>
+    : std::conditional_t<std::is_same_v<typename F::block, T>, std::type_identity<F>,
+                         format_with_block<T, quant::format_list<Rest...>>> {};
+template <class T>
+struct router_format : format_with_block<T, quant::supported_formats> {};
+template <>
+struct router_format<float> : std::type_identity<quant::f32_format> {};
+template <>
+struct router_format<half> : std::type_identity<quant::f16_format> {};
+template <>
+struct router_format<bf16> : std::type_identity<quant::bf16_format> {};
+template <class T>
+using router_format_t = typename router_format<T>::type;
 
 // Traits bound the shape: Traits::n_experts is the largest expert count an instance serves (it sets
 // the logits each lane holds); the actual n_experts (<= it) and k (<= Traits::n_experts_used) are
@@ -54,6 +76,9 @@ struct router_kernel {
   static constexpr int split_k = Policy::split_k;
   static constexpr int row_groups = n_warps / split_k;  // rows computed at once
   static constexpr int items_per_lane = ceil_div(max_experts, warp_size);
+  using format = router_format_t<WeightT>;
+  // fp32 activations (the float path: the logits decide the ranking, so no activation rounding)
+  using engine = ops::gemv_engine<format, tokens_per_block, 1, false, Policy::unroll>;
 
   struct params {
     const float* x;                 // [n_tokens, n_embd], row-major
@@ -73,7 +98,7 @@ struct router_kernel {
     ops::route_options route;
   };
   struct shared_storage {
-    float partial[split_k > 1 ? n_warps : 1][tokens_per_block];  // [warp, token]: split-k partial dots
+    typename engine::template warp_partials<(split_k > 1 ? n_warps : 1)> partials;  // split-k partial dots
     int is_last;  // this block is the last of its token tile to finish its logits
   };
 
@@ -92,38 +117,29 @@ struct router_kernel {
     const int n_experts = p.n_experts, k = p.k;
     const int64_t logits_stride = n_experts + 1;  // workspace row: n_experts logits, then the shared gate's
 
-    // Phase 1: logits[t, row] = W[row] . x[t]  for this block's rows and tokens.
+    // Phase 1: logits[t, row] = W[row] . x[t]  for this block's rows and tokens, through the GEMV
+    // engine: the 32 lanes of each of a row's split_k warps are its workers (unit `slice * 32 + lane`,
+    // then every 32 split_k units).
     const int group = warp / split_k, slice = warp % split_k;
+    const int64_t row_bytes = format::row_bytes(p.n_embd);
+    ops::gemv_input in{};
+    in.x = p.x + t0 * p.n_embd;
+    in.cols = p.n_embd;
     for (int i = 0; i < rows_per_block / row_groups; ++i) {  // the same trip count for the whole block
       const int row = chunk * rows_per_block + i * row_groups + group;
       const bool valid = row < n_rows(p);  // the same for the warps of a group
-      float dot[tokens_per_block];
+      float acc[1][tokens_per_block] = {};
       if (valid) {
-        const WeightT* w = row < n_experts ? ops::weight_row<WeightT>::row(p.w_router, row, p.n_embd) : p.maybe_w_shexp;
-        ops::warp_dot_tokens<tokens_per_block, Policy::unroll>(w, p.x + t0 * p.n_embd, p.n_embd, n_here, slice, split_k,
-                                                               dot);
+        const auto* w = reinterpret_cast<const uint8_t*>(row < n_experts ? p.w_router : p.maybe_w_shexp) +
+                        (row < n_experts ? row * row_bytes : 0);
+        engine::accumulate(w, 0, in, slice * warp_size + lane, warp_size * split_k, n_here, acc);
       }
-      if constexpr (split_k == 1) {
-        Q35_UNROLL
-        for (int t = 0; t < tokens_per_block; ++t)
-          if (valid && t < n_here && lane == t) p.logits[(t0 + t) * logits_stride + row] = dot[t];
-      } else {
-        Q35_UNROLL
-        for (int t = 0; t < tokens_per_block; ++t)
-          if (valid && lane == t) s.partial[warp][t] = dot[t];
-        arch::sync_block();
-        // logit = sum over slices 0 .. split_k - 1 of the partial dots, in that order
-        Q35_UNROLL
-        for (int t = 0; t < tokens_per_block; ++t) {
-          if (valid && slice == 0 && t < n_here && lane == t) {
-            float sum = 0.0f;
-            Q35_UNROLL
-            for (int q = 0; q < split_k; ++q) sum += s.partial[warp + q][t];
-            p.logits[(t0 + t) * logits_stride + row] = sum;
-          }
-        }
-        arch::sync_block();  // partial is rewritten by the next row
-      }
+      engine::reduce_lanes(warp_size, acc);
+      if constexpr (split_k > 1) engine::reduce_warps(split_k, s.partials, acc);  // slice order
+      Q35_UNROLL
+      for (int t = 0; t < tokens_per_block; ++t)
+        if (valid && slice == 0 && t < n_here && lane == t) p.logits[(t0 + t) * logits_stride + row] = acc[0][t];
+      if constexpr (split_k > 1) arch::sync_block();  // the partials are rewritten by the next row
     }
 
     // Publish the logits; the last block of the tile to arrive routes its tokens.

@@ -102,22 +102,6 @@ namespace detail {
 inline size_t attn_align_256(size_t b) { return (b + 255) / 256 * 256; }
 inline status bad_attn(const std::string& m) { return error(status_code::invalid_argument, "launch::attention: " + m); }
 
-// Streaming multiprocessors of the current device (the sim answers 132, an H100/H200).
-inline int sm_count() {
-#if Q35_BACKEND_CUDA
-  static const int n = [] {
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      return 132;
-    return v;
-  }();
-  return n;
-#else
-  return 132;
-#endif
-}
-
 // Which kernel instance serves a call: rows per block, heads per block, chunks, tokens per block.
 struct attn_tiling {
   int rows, heads_per_block, n_chunks, tokens_per_block;
@@ -145,7 +129,7 @@ inline int choose_splits(const attn_shape& s, const attn_batch& b, const attn_ti
   if (n <= 0) {
     const int64_t blocks = int64_t(b.n_seqs) * ((b.max_seq_tokens + t.tokens_per_block - 1) / t.tokens_per_block) *
                            s.n_kv_heads * t.n_chunks;
-    const int64_t target = 4 * int64_t(sm_count());
+    const int64_t target = 4 * int64_t(launch::sm_count());
     n = std::min(by_len, (target + blocks - 1) / std::max<int64_t>(1, blocks));
   }
   return int(std::clamp<int64_t>(std::min(n, by_rows), 1, attn_max_splits));

@@ -12,9 +12,10 @@
 // (prefill routing read back, tests, tools) reject bad ones before launch with validate_expert_ids.
 #pragma once
 
-#include <span>
-
+#include <algorithm>
+#include <bit>
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "q35/core/dispatch.hpp"
@@ -55,6 +56,9 @@ struct gemv_args {
   // Or x's rows already quantized by their producer (quant/act16.hpp layout); x may then be null,
   // and the format and shape must have the integer path (gemv_has_int_path).
   quant::act16_view maybe_x16;
+  // Warps of a block that share a row (split-K): 1, 2 or 4; 0: chosen from the shape so that small
+  // matrices still give every SM work (gemv_warps_per_row). Tests and benchmarks may force it.
+  int warps_per_row = 0;
 };
 
 // Device scratch for quantizing `n_x_rows` activation rows of `cols` elements (plain mode: n_tokens;
@@ -114,6 +118,8 @@ status validate(const gemv_args<Format>& a) {
   if (reinterpret_cast<uintptr_t>(a.w) % alignof(typename Format::block) != 0 ||
       reinterpret_cast<uintptr_t>(a.maybe_w_up) % alignof(typename Format::block) != 0)
     return bad("weights are not aligned to their block struct");
+  if (a.warps_per_row != 0 && a.warps_per_row != 1 && a.warps_per_row != 2 && a.warps_per_row != 4)
+    return bad("warps_per_row = " + std::to_string(a.warps_per_row) + " is not 0 (automatic), 1, 2 or 4");
   if (!a.maybe_expert_ids) {
     if (a.n_tokens < 1 || a.n_tokens > gemv_max_tokens)
       return bad("n_tokens = " + std::to_string(a.n_tokens) + " is outside 1.." + std::to_string(gemv_max_tokens) +
@@ -163,24 +169,43 @@ inline status quantize_act16(const float* x, int64_t n_rows, int64_t cols, void*
 
 namespace detail {
 
+// log2 of the warps that share a row: the smallest split that gives >= 4 blocks per SM, but no more
+// warps per row than its items need (with one warp per row each worker has `trips` items).
+template <class Kernel>
+int gemv_log2_split(int64_t rows, int64_t cols, int n_groups, int log2_lanes, int forced_warps_per_row) {
+  if (forced_warps_per_row > 0)  // a policy with fewer warps per block than asked shares what it has
+    return std::min(std::countr_zero(unsigned(forced_warps_per_row)), Kernel::max_log2_split);
+  const int64_t trips = (cols / Kernel::item_elems) >> log2_lanes;
+  const int64_t target = 4 * int64_t(sm_count());
+  int k = 0;
+  for (; k < Kernel::max_log2_split && (int64_t(1) << k) < trips; ++k) {
+    const int64_t rows_per_block = int64_t(Kernel::n_warps >> k) * (warp_size >> log2_lanes);
+    if ((rows + rows_per_block - 1) / rows_per_block * n_groups >= target) break;
+  }
+  return k;
+}
+
 template <quant::weight_format Format, class Policy, int NTokens, gemv_epilogue Epilogue, bool Indexed, bool Act16>
 status run_gemv(const gemv_args<Format>& a, const quant::act16_view& x16, stream_t stream) {
   using kernel = kernels::gemv_kernel<Format, Policy, NTokens, Epilogue, Indexed, Act16>;
-  const typename kernel::params p{a.w,
-                                  a.maybe_w_up,
-                                  a.x,
-                                  x16,
-                                  a.y,
-                                  a.rows,
-                                  a.cols,
-                                  Indexed ? 1 : a.n_tokens,
-                                  Indexed ? a.n_pairs : 1,
-                                  kernel::log2_lanes_for(a.cols),
-                                  a.maybe_expert_ids,
-                                  a.n_experts,
-                                  a.expert_stride_bytes ? a.expert_stride_bytes : a.rows * Format::row_bytes(a.cols),
-                                  a.x_group_div,
-                                  a.maybe_error_flag};
+  const int log2_lanes = kernel::log2_lanes_for(a.cols);
+  const typename kernel::params p{
+      a.w,
+      a.maybe_w_up,
+      a.x,
+      x16,
+      a.y,
+      a.rows,
+      a.cols,
+      Indexed ? 1 : a.n_tokens,
+      Indexed ? a.n_pairs : 1,
+      log2_lanes,
+      gemv_log2_split<kernel>(a.rows, a.cols, Indexed ? a.n_pairs : 1, log2_lanes, a.warps_per_row),
+      a.maybe_expert_ids,
+      a.n_experts,
+      a.expert_stride_bytes ? a.expert_stride_bytes : a.rows * Format::row_bytes(a.cols),
+      a.x_group_div,
+      a.maybe_error_flag};
   return launch<kernel>(p, stream);
 }
 

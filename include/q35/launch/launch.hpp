@@ -78,6 +78,22 @@ inline constexpr size_t sim_max_shared_bytes = 227 * 1024;
 // Above this a CUDA kernel must opt in to more dynamic shared memory.
 inline constexpr size_t default_shared_limit_bytes = 48 * 1024;
 
+// Streaming multiprocessors of the current device (the sim answers 132, an H100/H200), for grid sizing.
+inline int sm_count() {
+#if Q35_BACKEND_CUDA
+  static const int n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return 132;
+    return v;
+  }();
+  return n;
+#else
+  return 132;
+#endif
+}
+
 template <class K>
 std::string kernel_name() {
 #if Q35_BACKEND_SIM
@@ -100,6 +116,12 @@ constexpr int min_blocks_per_sm() {
   }
 }
 
+// Whether a launch shape is valid (no strings: the success path of a launch allocates nothing).
+inline bool shape_ok(dim3 grid, dim3 block, int threads) {
+  return volume(block) == threads && block.z <= 64 && grid.x <= 0x7fffffffu && grid.y <= 65535u && grid.z <= 65535u;
+}
+
+// The error naming what is wrong with a shape that is not shape_ok.
 inline status check_shape(const std::string& name, dim3 grid, dim3 block, int threads) {
   auto bad = [&](const std::string& what) { return error(status_code::launch_failed, "kernel " + name + ": " + what); };
   if (volume(block) != threads)
@@ -146,15 +168,21 @@ status launch(const typename K::params& p, stream_t stream = nullptr) {
   const dim3 block = block_shape<K>(p);
   const size_t smem = shared_bytes<K>(p);
   if (volume(grid) == 0) return status::success();
-  Q35_TRY(detail::check_shape(kernel_name<K>(), grid, block, K::threads));
+  if (!detail::shape_ok(grid, block, K::threads)) return detail::check_shape(kernel_name<K>(), grid, block, K::threads);
 #if Q35_BACKEND_CUDA
+  // Messages (and the kernel's name) are built only when something failed: a launch that succeeds
+  // allocates nothing on the host.
   if (smem > default_shared_limit_bytes) {
-    Q35_TRY(q35::detail::cuda_status(
-        cudaFuncSetAttribute(kernel_entry<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-        ("cudaFuncSetAttribute(MaxDynamicSharedMemorySize) for " + kernel_name<K>()).c_str()));
+    const cudaError_t rc =
+        cudaFuncSetAttribute(kernel_entry<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (rc != cudaSuccess)
+      return q35::detail::cuda_status(
+          rc, ("cudaFuncSetAttribute(MaxDynamicSharedMemorySize) for " + kernel_name<K>()).c_str());
   }
   kernel_entry<K><<<grid, block, smem, stream>>>(p);
-  return q35::detail::cuda_status(cudaGetLastError(), ("launch of " + kernel_name<K>()).c_str());
+  const cudaError_t rc = cudaGetLastError();
+  if (rc != cudaSuccess) return q35::detail::cuda_status(rc, ("launch of " + kernel_name<K>()).c_str());
+  return status::success();
 #else
   (void)stream;
   if (smem > sim_max_shared_bytes)

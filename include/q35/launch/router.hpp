@@ -15,8 +15,6 @@
 #include "q35/core/status.hpp"
 #include "q35/kernels/router.hpp"
 #include "q35/launch/launch.hpp"
-#include "q35/ops/dense_row.hpp"
-#include "q35/ops/quant_row.hpp"
 #include "q35/quant/format_list.hpp"
 #include "q35/quant/weight_view.hpp"
 
@@ -92,16 +90,14 @@ status validate_router_counts(const router_args<WeightT>& a) {
 template <class WeightT>
 status validate_router_rest(const router_args<WeightT>& a) {
   const auto str = [](auto v) { return std::to_string(v); };
-  constexpr int v = ops::weight_row<WeightT>::elems_per_load;
-  if (a.n_embd < 1 || a.n_embd % v != 0 || a.n_embd % 4 != 0)
-    return bad_router_arg("n_embd = " + str(a.n_embd) + " is not a positive multiple of the vector width " +
-                          str(v < 4 ? 4 : v));
-  if constexpr (requires { ops::weight_row<WeightT>::block_elems; }) {
-    constexpr int block = ops::weight_row<WeightT>::block_elems;
-    if (a.n_embd % block != 0)
-      return bad_router_arg("n_embd = " + str(a.n_embd) + " is not a multiple of the weight format's block of " +
-                            str(block));
-  }
+  // the GEMV engine reads a row in 16-element units (and whole blocks)
+  using format = kernels::router_format_t<WeightT>;
+  if (a.n_embd < 1 || a.n_embd % quant::unit_elems != 0)
+    return bad_router_arg("n_embd = " + str(a.n_embd) + " is not a positive multiple of the GEMV unit of " +
+                          str(quant::unit_elems) + " elements");
+  if (a.n_embd % format::block_elems != 0)
+    return bad_router_arg("n_embd = " + str(a.n_embd) + " is not a multiple of the weight format's block of " +
+                          str(format::block_elems));
   if (a.n_tokens < 0) return bad_router_arg("n_tokens = " + str(a.n_tokens) + " is negative");
   if (a.n_tokens == 0) return status::success();
   if (!a.x) return bad_router_arg("x is null");
