@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Static evidence for the GEMV engine from SASS: per gemv_kernel instance (sm_90 by default), the
+"""Static evidence for the GEMV engine from SASS: per gemv_kernel and MoE decode kernel instance (sm_90 by default), the
 issued instructions per weight in the hot loop, the 16-byte loads in flight per lane, registers,
 local memory and theoretical occupancy. Exits 1 when a 1-token Q4_K, Q6_K or Q8_0 integer-path
-instance is over its instruction budget, or when any GEMV instance spills or touches local memory.
+instance (gemv_kernel, moe_gate_up_kernel, moe_down_kernel) is over its instruction budget, or when
+any of them spills or touches local memory.
 
 usage: check_sass.py BINARY [--arch sm_90] [--cuobjdump PATH] [--all]
 
@@ -34,6 +35,8 @@ FUNC = re.compile(r"Function : (\S+)")
 RES = re.compile(r"Function (\S+):\s*\n\s*REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
 REG = re.compile(r"\bR(\d+)\b")
 GEMV = re.compile(r"gemv_kernel<q35::quant::(\w+)_format, [^>]*>, (\d+), \(q35::ops::epilogue\)(\d), (true|false), (true|false)>")
+# The MoE decode kernels stream their experts through the same engine (one token per pair).
+MOE = re.compile(r"(moe_gate_up_kernel|moe_down_kernel)<q35::quant::(\w+)_format, (true|false), ")
 EPILOGUES = ["store", "residual", "swiglu"]
 
 
@@ -127,6 +130,7 @@ def main():
     ap.add_argument("--cuobjdump")
     ap.add_argument("--all", action="store_true", help="also list float-path instances")
     ap.add_argument("--threads", type=int, default=128, help="threads per GEMV block (ops::gemv_policy)")
+    ap.add_argument("--moe-threads", type=int, default=256, help="threads per MoE decode block (moe_policy_decode)")
     a = ap.parse_args()
     tool = find_tool("cuobjdump", a.cuobjdump)
     sass = subprocess.run([tool, "-sass", "-arch", a.arch, a.binary], capture_output=True, text=True, check=True).stdout
@@ -138,9 +142,15 @@ def main():
     rows, failures = [], []
     for mangled, instrs in funcs.items():
         m = GEMV.search(names[mangled])
-        if not m:
+        mm = MOE.search(names[mangled]) if not m else None
+        if not m and not mm:
             continue
-        fmt, ntok, epi, indexed, act16 = m.group(1), int(m.group(2)), int(m.group(3)), m.group(4) == "true", m.group(5) == "true"
+        if m:
+            fmt, ntok, epi, indexed, act16 = m.group(1), int(m.group(2)), int(m.group(3)), m.group(4) == "true", m.group(5) == "true"
+            kind, threads = f"{EPILOGUES[epi]}{' experts' if indexed else ''}", a.threads
+        else:
+            fmt, ntok, act16 = mm.group(2), 1, mm.group(3) == "true"
+            kind, threads = ("moe gate_up" if mm.group(1) == "moe_gate_up_kernel" else "moe down"), a.moe_threads
         if not act16 and not a.all:
             continue
         reg, stack, _, local = res.get(mangled, (0, 0, 0, 0))
@@ -153,10 +163,10 @@ def main():
             in_flight = loads_in_flight(body)
         else:
             per_weight, in_flight, body = float("nan"), 0, []
-        label = f"{fmt} {'int16' if act16 else 'float'} {ntok} tok {EPILOGUES[epi]}{' experts' if indexed else ''}"
+        label = f"{fmt} {'int16' if act16 else 'float'} {ntok} tok {kind}"
         budget = BUDGET_Q4K * BITS[fmt] / BITS["q4_k"] if act16 and fmt in BITS else None
         rows.append((label, len(body), per_weight, budget, in_flight, reg, stack + local, local_ops,
-                     occupancy(reg, a.threads)))
+                     occupancy(reg, threads)))
         if stack or local or local_ops:
             failures.append(f"{label}: {stack} B stack, {local} B local, {local_ops} local-memory instructions")
         if act16 and ntok == 1 and fmt in ENFORCED:
@@ -174,7 +184,7 @@ def main():
         failures.append("no gemv_kernel instance found in " + a.binary)
     for f in failures:
         print("FAIL:", f)
-    print(f"check_sass: {len(rows)} GEMV instances, {len(failures)} failures")
+    print(f"check_sass: {len(rows)} GEMV-engine instances, {len(failures)} failures")
     return 1 if failures else 0
 
 

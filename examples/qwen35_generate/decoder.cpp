@@ -117,6 +117,8 @@ status decoder::init(const device_model& m, const decoder_config& cfg) {
   const int64_t logit_rows = cfg.keep_all_logits ? nb : 1;
   Q35_TRY(h_.allocate(size_t(nb * h.n_embd)));
   Q35_TRY(a_.allocate(size_t(nb * h.n_embd)));
+  if (h.n_embd % quant::act16_group_elems == 0)
+    Q35_TRY(a16_.allocate(quant::act16_bytes(h.n_embd, std::min<int64_t>(nb, launch::gemv_max_tokens))));
   Q35_TRY(logits_.allocate(size_t(logit_rows * h.n_vocab)));
   Q35_TRY(ids_.allocate(size_t(nb)));
   Q35_TRY(positions_.allocate(size_t(nb)));
@@ -223,9 +225,14 @@ status decoder::forward(int64_t n, int64_t rows, int64_t max_seq_len) {
   Q35_TRY(launch::embedding(em, s));
   mark(call::embedding);
 
+  // The norm also writes its output quantized for the projections that read it (a step of <= 8
+  // tokens, the GEMV's integer path), so they launch no quantization of their own; a16 is its view.
+  quant::act16_view a16;
   auto norm = [&](const float* w, const float* x, float* y, int64_t r) {
     launch::rmsnorm_args a;
     a.x = x, a.maybe_w = w, a.y = y, a.rows = r, a.n = int(e), a.eps = float(h.rms_eps);
+    if (a16_.data() && r <= launch::gemv_max_tokens) a.maybe_act16 = a16_.data(), a.act16_bytes = a16_.bytes();
+    a16 = launch::act16_view_of(a);
     return launch::rmsnorm(a, s);
   };
   const auto& layers = m_->layers();
@@ -240,7 +247,7 @@ status decoder::forward(int64_t n, int64_t rows, int64_t max_seq_len) {
       a.w = l.attn;
       a.batch = ab;
       a.kv = kv_.layer(attn_index_[il]);
-      a.x = a_.data(), a.h = h_.data();
+      a.x = a_.data(), a.h = h_.data(), a.maybe_x16 = a16;
       a.workspace = workspace_.data(), a.workspace_bytes = workspace_.bytes();
       Q35_TRY(launch::attention_layer(a, s));
       mark(call::attention);
@@ -250,7 +257,7 @@ status decoder::forward(int64_t n, int64_t rows, int64_t max_seq_len) {
       g.w = l.gdn;
       g.batch = gb;
       g.state = rs_.layer(gdn_index_[il]);
-      g.x = a_.data(), g.h = h_.data();
+      g.x = a_.data(), g.h = h_.data(), g.maybe_x16 = a16;
       g.workspace = workspace_.data(), g.workspace_bytes = workspace_.bytes();
       Q35_TRY(launch::gdn_layer(g, s));
       mark(call::gdn);
@@ -260,7 +267,7 @@ status decoder::forward(int64_t n, int64_t rows, int64_t max_seq_len) {
     mark(call::norm);
     launch::ffn_layer_args f;
     f.shape = ffn_shape();
-    f.x = a_.data(), f.h = h_.data(), f.n_tokens = n;
+    f.x = a_.data(), f.h = h_.data(), f.n_tokens = n, f.maybe_x16 = a16;
     f.workspace = workspace_.data(), f.workspace_bytes = workspace_.bytes();
     f.error_flag = error_flag_.data();
     if (l.ffn_kind == models::ffn_type::dense) {
@@ -276,7 +283,7 @@ status decoder::forward(int64_t n, int64_t rows, int64_t max_seq_len) {
   Q35_TRY(norm(m_->output_norm(), h_.data() + (n - rows) * e, a_.data(), rows));
   mark(call::norm);
   launch::matmul_args lm;
-  lm.w = m_->output(), lm.x = a_.data(), lm.y = logits_.data(), lm.n_tokens = rows;
+  lm.w = m_->output(), lm.x = a_.data(), lm.y = logits_.data(), lm.n_tokens = rows, lm.maybe_x16 = a16;
   lm.maybe_workspace = workspace_.data(), lm.workspace_bytes = workspace_.bytes();
   Q35_TRY(launch::matmul(lm, s));
   mark(call::lm_head);

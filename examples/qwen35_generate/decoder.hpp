@@ -107,6 +107,7 @@ class decoder {
   int64_t logits_rows_ = 0;  // rows of the last eval in logits_
   device_buffer<uint8_t> workspace_;
   device_buffer<float> h_, a_, logits_;
+  device_buffer<uint8_t> a16_;  // a_ quantized by the norm for the GEMV's integer path (steps of <= 8 tokens)
   device_buffer<int32_t> ids_, positions_, seq_offsets_, slots_, page_rows_, page_indices_, seq_lens_, recent_;
   kv::page_table_host table_;
   device_buffer<int> error_flag_;

@@ -22,6 +22,7 @@ struct moe_tensor {
   device_buffer<uint8_t> bytes;
   quant::weight_view view;
   std::vector<float> ref;
+  std::vector<float> parts;  // P of the integer path's bound (weight_parts)
 };
 
 inline moe_tensor make_tensor(uint32_t type, int64_t n_mats, int64_t rows, int64_t cols, uint64_t seed) {
@@ -31,6 +32,7 @@ inline moe_tensor make_tensor(uint32_t type, int64_t n_mats, int64_t rows, int64
     using F = typename decltype(tag)::type;
     host = random_weights<F>(n_mats * rows, cols, seed);
     t.ref = reference_weights<F>(host, n_mats * rows * cols);
+    t.parts = weight_parts<F>(host, n_mats * rows * cols);
   }));
   t.bytes = to_device(host);
   t.view = {t.bytes.data(), type, cols, rows, n_mats, 0};
@@ -67,6 +69,13 @@ struct moe_case {
   std::vector<float> x, h0;
 };
 
+inline launch::ffn_shape shape_of(const moe_case_spec& s) {
+  launch::ffn_shape sh;
+  sh.n_embd = s.n_embd, sh.n_experts = s.n_experts, sh.n_experts_used = s.k;
+  sh.expert_ff_dim = s.expert_ff, sh.shared_ff_dim = s.shared_ff;
+  return sh;
+}
+
 // The forced expert of rank j.
 inline int forced_expert(int j, int n_experts) { return (5 + 3 * j) % n_experts; }
 
@@ -88,6 +97,7 @@ inline moe_case make_moe_case(const moe_case_spec& s) {
   c.router = make_f32(wr, E, n);
   c.weights.router = c.router.view;
   ref::moe_ref_weights& r = c.ref_w;
+  std::vector<float> gate_parts, up_parts;
   r.n_embd = n, r.n_experts = E, r.k = s.k, r.expert_ff = ff, r.shared_ff = sff;
   r.router = wr;
   if (s.merged_gate_up) {
@@ -95,16 +105,21 @@ inline moe_case make_moe_case(const moe_case_spec& s) {
     c.weights.gate_exps = c.gate_up.view.row_range(0, ff);
     c.weights.up_exps = c.gate_up.view.row_range(ff, ff);
     r.gate.resize(size_t(E) * ff * n), r.up.resize(size_t(E) * ff * n);
+    gate_parts.resize(r.gate.size()), up_parts.resize(r.up.size());
     for (int e = 0; e < E; ++e)
       for (int64_t i = 0; i < int64_t(ff) * n; ++i) {
-        r.gate[size_t(e * int64_t(ff) * n + i)] = c.gate_up.ref[size_t(e * 2 * int64_t(ff) * n + i)];
-        r.up[size_t(e * int64_t(ff) * n + i)] = c.gate_up.ref[size_t((e * 2 + 1) * int64_t(ff) * n + i)];
+        const size_t g = size_t(e * 2 * int64_t(ff) * n + i), u = size_t((e * 2 + 1) * int64_t(ff) * n + i);
+        r.gate[size_t(e * int64_t(ff) * n + i)] = c.gate_up.ref[g];
+        r.up[size_t(e * int64_t(ff) * n + i)] = c.gate_up.ref[u];
+        gate_parts[size_t(e * int64_t(ff) * n + i)] = c.gate_up.parts[g];
+        up_parts[size_t(e * int64_t(ff) * n + i)] = c.gate_up.parts[u];
       }
   } else {
     c.gate_up = make_tensor(s.type, E, ff, n, seed++);
     c.up = make_tensor(s.type, E, ff, n, seed++);
     c.weights.gate_exps = c.gate_up.view, c.weights.up_exps = c.up.view;
     r.gate = c.gate_up.ref, r.up = c.up.ref;
+    gate_parts = c.gate_up.parts, up_parts = c.up.parts;
   }
   c.down = make_tensor(s.down_type, E, n, ff, seed++);
   c.weights.down_exps = c.down.view;
@@ -118,14 +133,23 @@ inline moe_case make_moe_case(const moe_case_spec& s) {
     c.weights.shexp_gate = c.sh_gate.view, c.weights.shexp_up = c.sh_up.view, c.weights.shexp_down = c.sh_down.view;
     r.shexp_inp = c.shexp_inp.ref, r.sh_gate = c.sh_gate.ref, r.sh_up = c.sh_up.ref, r.sh_down = c.sh_down.ref;
   }
+  // The dots the decode kernels compute on 16-bit activations get the integer path's bound: the
+  // routed experts (and a shared expert in their format, which the same kernels compute); a shared
+  // expert in another format goes through launch::matmul without quantized input (fp32).
+  if (s.n_tokens <= launch::moe_decode_max_tokens) {
+    const launch::ffn_shape sh = shape_of(s);
+    const launch::detail::moe_decode_paths p = launch::detail::moe_decode_paths_of(c.weights, sh);
+    if (p.gate_up_act16) {
+      r.gate_parts = gate_parts, r.up_parts = up_parts;
+      if (sff > 0 && launch::detail::moe_fused_gate_up(c.weights, sh))
+        r.sh_gate_parts = c.sh_gate.parts, r.sh_up_parts = c.sh_up.parts;
+    }
+    if (p.down_act16) {
+      r.down_parts = c.down.parts;
+      if (sff > 0 && launch::detail::moe_fused_down(c.weights, sh)) r.sh_down_parts = c.sh_down.parts;
+    }
+  }
   return c;
-}
-
-inline launch::ffn_shape shape_of(const moe_case_spec& s) {
-  launch::ffn_shape sh;
-  sh.n_embd = s.n_embd, sh.n_experts = s.n_experts, sh.n_experts_used = s.k;
-  sh.expert_ff_dim = s.expert_ff, sh.shared_ff_dim = s.shared_ff;
-  return sh;
 }
 
 struct moe_run {
@@ -151,11 +175,11 @@ inline moe_run run_moe(const moe_case& c) {
 }
 
 // Which kernel computes a dot decides its accumulation depth: up to moe_decode_max_tokens tokens
-// the warp-per-row decode kernels (and the GEMV, depth cols / 32 + 8 <= warp_unit_depth, for a
-// shared expert in other formats); above, the grouped GEMM and the dense GEMM, serial over all columns.
+// the GEMV engine (the decode kernels, and launch::matmul for a shared expert in other formats);
+// above, the grouped GEMM and the dense GEMM, serial over all columns.
 inline ref::moe_ref_depths depths_of(const moe_case_spec& s) {
   if (s.n_tokens > launch::moe_decode_max_tokens) return {ref::router_depth, ref::serial_depth, ref::serial_depth};
-  return {ref::router_depth, ref::warp_unit_depth, ref::warp_unit_depth};
+  return {ref::router_depth, ref::engine_depth, ref::engine_depth};
 }
 
 // Compares one run with the float64 reference: every output within its derived bound.

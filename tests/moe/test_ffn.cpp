@@ -1,17 +1,17 @@
 // launch::dense_ffn (h += W_down (silu(W_gate x) * (W_up x)) through launch::matmul) against the
 // float64 reference (ref::dense_ffn).
 //
-// Tolerance: per output, Higham's dot bound with the GEMV's depth cols / 32 + 8 up to 8 tokens (see
-// tests/kernels/test_gemv.cpp) or the GEMM's serial cols + 1 above, carried through SwiGLU and the
-// down projection (ref::detail::swiglu_expert), plus the residual add's rounding.
+// Tolerance: per output, Higham's dot bound with the GEMV engine's depth (ref::engine_depth) up to 8
+// tokens or the GEMM's serial cols + 1 above, carried through SwiGLU and the down projection
+// (ref::detail::swiglu_expert), plus the residual add's rounding; where the GEMV reads 16-bit
+// activations (launch::matmul_int_path: the quantized formats up to 8 tokens), the integer path's
+// bound (ref::fp32_dot_bound: activation rounding and the weights' parts) for both projections.
 #include <doctest/doctest.h>
 
 #include "moe/moe_case.hpp"
 
 namespace q35 {
 namespace {
-
-int64_t gemv_depth(int64_t cols) { return cols / 32 + 8; }
 
 void check_dense(uint32_t type, int n_embd, int ff, int64_t n_tokens, uint64_t seed) {
   CAPTURE(type);
@@ -30,8 +30,11 @@ void check_dense(uint32_t type, int n_embd, int ff, int64_t n_tokens, uint64_t s
   Q35_REQUIRE_OK(launch::dense_ffn(a, {gate.view, up.view, down.view}));
   const std::vector<float> got = test::to_host(d_h);
   std::vector<double> want, tol;
+  ref::expert_act16 q;
+  if (launch::matmul_int_path(gate.view, n_tokens)) q.gate_parts = gate.parts.data(), q.up_parts = up.parts.data();
+  if (launch::matmul_int_path(down.view, n_tokens)) q.down_parts = down.parts.data();
   ref::dense_ffn(gate.ref, up.ref, down.ref, n_embd, ff, x.data(), h0.data(), n_tokens,
-                 n_tokens > launch::gemv_max_tokens ? ref::serial_depth : gemv_depth, want, tol);
+                 n_tokens > launch::gemv_max_tokens ? ref::serial_depth : ref::engine_depth, want, tol, q);
   int bad = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     const double err = std::fabs(double(got[i]) - want[i]);

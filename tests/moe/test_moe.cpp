@@ -62,6 +62,34 @@ TEST_CASE("moe_ffn: expert weights in every tested format" * test::needs_device(
   }
 }
 
+TEST_CASE("moe_ffn: the decode kernels' integer path (x and act as 16-bit activations)" * test::needs_device()) {
+  // formats whose items tile n_embd = 256 and width 256: gate/up and down both read 16-bit
+  // activations (the bound of those dots is the integer path's, ref::fp32_dot_bound)
+  for (const type_id t : {type_id::q4_k, type_id::q5_k, type_id::q8_0, type_id::q4_0}) {
+    for (const int64_t n_tokens : {1, 8}) {
+      test::moe_case_spec s;
+      s.n_experts = 16, s.k = 4, s.n_tokens = n_tokens, s.seed = 300 + uint64_t(t) + uint64_t(n_tokens);
+      s.type = s.down_type = s.sh_type = s.sh_down_type = id(t);
+      CAPTURE(uint32_t(t));
+      CAPTURE(n_tokens);
+      const test::moe_case c = test::make_moe_case(s);
+      const launch::detail::moe_decode_paths p = launch::detail::moe_decode_paths_of(c.weights, test::shape_of(s));
+      CHECK(p.gate_up_act16);
+      CHECK(p.down_act16);
+      test::check_moe(c, test::run_moe(c));
+    }
+  }
+  // Q6_K items are 2048 wide: width 512 (35B-A3B's down) stays on the float path, n_embd 2048 not
+  test::moe_case_spec s;
+  s.n_embd = 2048, s.n_experts = 8, s.k = 2, s.expert_ff = 512, s.shared_ff = 512, s.seed = 333;
+  s.type = s.down_type = s.sh_type = s.sh_down_type = id(type_id::q6_k);
+  const test::moe_case c = test::make_moe_case(s);
+  const launch::detail::moe_decode_paths p = launch::detail::moe_decode_paths_of(c.weights, test::shape_of(s));
+  CHECK(p.gate_up_act16);
+  CHECK(!p.down_act16);
+  test::check_moe(c, test::run_moe(c));
+}
+
 TEST_CASE("moe_ffn: every thread order gives the same result within the bound" * test::needs_device()) {
   test::moe_case_spec s;
   s.n_experts = 8, s.k = 2, s.n_tokens = 3, s.seed = 42;

@@ -22,6 +22,9 @@ struct moe_ref_weights {
   std::vector<float> down;                                             // [E][n_embd][expert_ff]
   std::vector<float> sh_gate, sh_up;                                   // [shared_ff][n_embd]
   std::vector<float> sh_down;                                          // [n_embd][shared_ff]
+  // The parts P (weight_parts) of the weights whose dots read 16-bit activations (the decode
+  // kernels' integer path, launch::detail::moe_decode_paths_of); empty: fp32 activations.
+  std::vector<float> gate_parts, up_parts, down_parts, sh_gate_parts, sh_up_parts, sh_down_parts;
 };
 
 // Length of the longest fp32 addition chain of one dot product of `cols` terms (fp32_dot_bound):
@@ -32,9 +35,17 @@ struct moe_ref_depths {
   int64_t (*shared)(int64_t cols);  // shared expert's gate/up and down dots
 };
 
-// The warp-per-row dots (ops::warp_row_dots, the GEMV): each lane sums 16 products per unit over
-// ceil(cols / 512) units in chains of 4 (<= 16 additions per unit), then 5 butterfly steps.
-inline int64_t warp_unit_depth(int64_t cols) { return 16 * ((cols + 511) / 512) + 6; }
+// The GEMV engine's dots (ops::gemv_engine: the decode MoE kernels, launch::matmul's GEMV): float
+// path: a worker adds 4 partial sums (of 4 products, 3 additions) per unit over ceil(units / lanes)
+// units, lanes = the largest power of two <= 32 dividing the units, then <= 5 xor-tree steps and <= 3
+// split-K partials; integer path: one fp32 addition per 32-element group, <= cols / 32 per worker,
+// then the same trees. The larger of the two.
+inline int64_t engine_depth(int64_t cols) {
+  const int64_t units = cols / 16;
+  int64_t lanes = 1;
+  while (lanes < 32 && units % (2 * lanes) == 0) lanes *= 2;
+  return std::max(4 * ((units + lanes - 1) / lanes) + 3, cols / 32) + 8;
+}
 // The router (ops::gemv_engine, float path): cols / 32 products per lane at most, 5 butterfly steps and <= 4 split-k
 // partials.
 inline int64_t router_depth(int64_t cols) { return (cols + 31) / 32 + 10; }
@@ -57,15 +68,53 @@ inline dot_result dot(const float* w, const float* x, int64_t n) {
   return {s, a};
 }
 
+// The dot of one row with x, and (act16: x as the GEMV engine's 16-bit activations, delta their
+// rounding bound; parts the row's P) the terms of fp32_dot_bound's integer-path bound.
+inline dot_result row_dot(const float* w, const float* parts, const float* x, const double* delta, int64_t n) {
+  dot_result r = dot(w, x, n);
+  if (!parts) return r;
+  r.act16 = true;
+  for (int64_t c = 0; c < n; ++c) {
+    r.parts_abs_sum += std::fabs(double(parts[c])) * (std::fabs(double(x[c])) + delta[c]);
+    r.act_err += std::fabs(double(w[c])) * delta[c];
+  }
+  return r;
+}
+}  // namespace detail
+
+// Which dots of an expert (or dense FFN) read 16-bit activations (the GEMV engine's integer path),
+// given as the weights' parts P (tests/kernels/weights.hpp weight_parts); null: fp32 activations.
+struct expert_act16 {
+  const float* gate_parts = nullptr;  // [ff][n_embd], with up_parts: gate and up read x quantized
+  const float* up_parts = nullptr;
+  const float* down_parts = nullptr;  // [n_embd][ff]: down reads the kernel's act quantized
+};
+
+namespace detail {
 // One SwiGLU expert over x: y = W_d (silu(W_g x) * (W_u x)) with each output's error bound.
+// With act16.down_parts the kernel quantizes its own act a' (|a' - a| <= ea): delta_j <= the group's
+// max(|a| + ea) (0.5 + 2^-9)(1 + 2^-23) / 32767, carried by |D| and in the fp32 sums by P (|a| + ea + delta).
 inline void swiglu_expert(const float* g, const float* u, const float* d, int64_t n_embd, int64_t ff, const float* x,
-                          int64_t (*depth)(int64_t), std::vector<double>& y, std::vector<double>& ey) {
+                          int64_t (*depth)(int64_t), std::vector<double>& y, std::vector<double>& ey,
+                          const expert_act16& q = {}) {
   const double unit = std::ldexp(1.0, -24);
   std::vector<double> a(static_cast<size_t>(ff)), ea(static_cast<size_t>(ff));
+  const std::vector<double> dx = q.gate_parts ? act16_deltas(x, n_embd) : std::vector<double>();
   for (int64_t j = 0; j < ff; ++j) {
-    const dot_result dg = dot(g + j * n_embd, x, n_embd), du = dot(u + j * n_embd, x, n_embd);
+    const dot_result dg =
+        row_dot(g + j * n_embd, q.gate_parts ? q.gate_parts + j * n_embd : nullptr, x, dx.data(), n_embd);
+    const dot_result du = row_dot(u + j * n_embd, q.up_parts ? q.up_parts + j * n_embd : nullptr, x, dx.data(), n_embd);
     const expected_output e = expect(ops::epilogue::swiglu, dg, &du, 0, depth(n_embd));
     a[size_t(j)] = e.value, ea[size_t(j)] = e.tol;
+  }
+  std::vector<double> da(static_cast<size_t>(ff), 0.0);
+  if (q.down_parts) {
+    for (int64_t g0 = 0; g0 < ff; g0 += 32) {
+      double amax = 0;
+      for (int64_t j = g0; j < g0 + 32; ++j) amax = std::fmax(amax, std::fabs(a[size_t(j)]) + ea[size_t(j)]);
+      for (int64_t j = g0; j < g0 + 32; ++j)
+        da[size_t(j)] = amax * (0.5 + std::ldexp(1.0, -9)) * (1 + std::ldexp(1.0, -23)) / 32767.0;
+    }
   }
   y.assign(size_t(n_embd), 0), ey.assign(size_t(n_embd), 0);
   for (int64_t i = 0; i < n_embd; ++i) {
@@ -74,11 +123,12 @@ inline void swiglu_expert(const float* g, const float* u, const float* d, int64_
     for (int64_t j = 0; j < ff; ++j) {
       const double w = d[i * ff + j];
       s += w * a[size_t(j)];
-      carried += std::fabs(w) * ea[size_t(j)];
-      mag += std::fabs(w) * (std::fabs(a[size_t(j)]) + ea[size_t(j)]);
+      carried += std::fabs(w) * (ea[size_t(j)] + da[size_t(j)]);
+      const double m = q.down_parts ? std::fabs(double(q.down_parts[i * ff + j])) : std::fabs(w);
+      mag += m * (std::fabs(a[size_t(j)]) + ea[size_t(j)] + da[size_t(j)]);
     }
     y[size_t(i)] = s;
-    ey[size_t(i)] = carried + double(depth(ff) + 1) * unit * mag;
+    ey[size_t(i)] = carried + double(depth(ff) + (q.down_parts ? 7 : 1)) * unit * mag;
   }
 }
 }  // namespace detail
@@ -131,12 +181,15 @@ inline moe_ref_result moe_ffn(const moe_ref_weights& w, const float* x, const fl
     std::vector<double> total(static_cast<size_t>(n), 0), err(static_cast<size_t>(n), 0),
         mag(static_cast<size_t>(n), 0);
     std::vector<double> y, ey;
+    const auto part = [](const std::vector<float>& p, int64_t at) { return p.empty() ? nullptr : p.data() + at; };
     for (int j = 0; j < k; ++j) {
       const int e = order[size_t(j)];
       r.ids[size_t(t * k + j)] = e;
       const double wj = std::exp(l[size_t(e)] - m) / sum / denom;
+      const expert_act16 q{part(w.gate_parts, e * eff * n), part(w.up_parts, e * eff * n),
+                           part(w.down_parts, e * n * eff)};
       detail::swiglu_expert(w.gate.data() + e * eff * n, w.up.data() + e * eff * n, w.down.data() + e * n * eff, n, eff,
-                            xt, depth.expert, y, ey);
+                            xt, depth.expert, y, ey, q);
       for (int i = 0; i < n; ++i) {
         total[size_t(i)] += wj * y[size_t(i)];
         err[size_t(i)] += wj * ey[size_t(i)] + rel_w * wj * (std::fabs(y[size_t(i)]) + ey[size_t(i)]);
@@ -149,7 +202,8 @@ inline moe_ref_result moe_ffn(const moe_ref_weights& w, const float* x, const fl
       const dot_result ds = detail::dot(w.shexp_inp.data(), xt, n);
       const double g = 1.0 / (1.0 + std::exp(-ds.value));
       const double eg = 0.25 * fp32_dot_bound(ds, depth.router(n)) + (0.25 * std::fabs(ds.value) + 3) * u;
-      detail::swiglu_expert(w.sh_gate.data(), w.sh_up.data(), w.sh_down.data(), n, sff, xt, depth.shared, y, ey);
+      const expert_act16 q{part(w.sh_gate_parts, 0), part(w.sh_up_parts, 0), part(w.sh_down_parts, 0)};
+      detail::swiglu_expert(w.sh_gate.data(), w.sh_up.data(), w.sh_down.data(), n, sff, xt, depth.shared, y, ey, q);
       for (int i = 0; i < n; ++i) {
         total[size_t(i)] += g * y[size_t(i)];
         err[size_t(i)] += g * ey[size_t(i)] + eg * (std::fabs(y[size_t(i)]) + ey[size_t(i)]);
@@ -170,12 +224,13 @@ inline moe_ref_result moe_ffn(const moe_ref_weights& w, const float* x, const fl
 // h0 + W_down (silu(W_gate x) * (W_up x)) for the dense FFN, with bounds (value, tol) per output.
 inline void dense_ffn(const std::vector<float>& gate, const std::vector<float>& up, const std::vector<float>& down,
                       int64_t n_embd, int64_t ff, const float* x, const float* h0, int64_t n_tokens,
-                      int64_t (*depth)(int64_t), std::vector<double>& value, std::vector<double>& tol) {
+                      int64_t (*depth)(int64_t), std::vector<double>& value, std::vector<double>& tol,
+                      const expert_act16& q = {}) {
   const double u = std::ldexp(1.0, -24);
   value.assign(size_t(n_tokens * n_embd), 0), tol.assign(size_t(n_tokens * n_embd), 0);
   std::vector<double> y, ey;
   for (int64_t t = 0; t < n_tokens; ++t) {
-    detail::swiglu_expert(gate.data(), up.data(), down.data(), n_embd, ff, x + t * n_embd, depth, y, ey);
+    detail::swiglu_expert(gate.data(), up.data(), down.data(), n_embd, ff, x + t * n_embd, depth, y, ey, q);
     for (int64_t i = 0; i < n_embd; ++i) {
       const size_t o = size_t(t * n_embd + i);
       value[o] = double(h0[o]) + y[size_t(i)];

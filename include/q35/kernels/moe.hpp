@@ -12,25 +12,32 @@
 #include "q35/arch/thread.hpp"
 #include "q35/core/dim3.hpp"
 #include "q35/kernels/moe_policy.hpp"
-#include "q35/ops/moe_row.hpp"
+#include "q35/ops/act16_warp.hpp"
+#include "q35/ops/gemv_engine.hpp"
+#include "q35/ops/router.hpp"
+#include "q35/quant/act16.hpp"
 #include "q35/quant/formats.hpp"
 
 namespace q35::kernels {
 
 // act[p] = silu(W_gate[ids[p]] x[p / k]) * (W_up[ids[p]] x[p / k]) for pairs p < n_pairs, and
-// sh_act[t] = silu(W_sh_gate x[t]) * (W_sh_up x[t]) for tokens t when the shared expert is given.
-// Thread mapping: block (j, tile) computes rows [tile * rows_per_block, +rows_per_block) of job j
-// (a pair, or a token's shared expert for j >= n_pairs); each warp takes rows_per_warp of them, a
-// lane one 16-element unit of each of them per step, gate and up rows of all rows_per_warp rows at once.
-template <quant::weight_format Format, class Policy = moe_policy_decode>
+// sh_act[t] = silu(W_sh_gate x[t]) * (W_sh_up x[t]) for tokens t when the shared expert is given;
+// optionally also act and sh_act quantized (quant/act16.hpp) for the down kernel's integer path.
+// The weights stream through ops::gemv_engine (Act16: x as 16-bit activations, dp2a; else fp32 x).
+// Thread mapping: block (j, tile) computes rows [tile * rows_per_block(p), +rows_per_block(p)) of
+// job j (a pair, or a token's shared expert for j >= n_pairs): `lanes` lanes per row (the engine's
+// workers), so a pass of the block covers n_warps * 32 / lanes rows; a block covers whole 32-row
+// groups (passes of it), which it then quantizes one warp per group.
+template <quant::weight_format Format, bool Act16, class Policy = moe_policy_decode>
 struct moe_gate_up_kernel {
-  using block = typename Format::block;
+  using engine = ops::gemv_engine<Format, 1, 2, Act16, Act16 ? 1 : 2>;
   static constexpr int threads = Policy::threads;
-  static constexpr int rows_per_warp = Policy::rows_per_warp;
-  static constexpr int rows_per_block = Policy::rows_per_block;
+  static constexpr int n_warps = threads / warp_size;
+  static constexpr int max_block_rows = threads;  // one lane per row at most
 
   struct params {
-    const float* x;                // [n_tokens][n_embd], 16-byte aligned
+    const float* x;                // [n_tokens][n_embd], 16-byte aligned (float path)
+    quant::act16_view x16;         // the same rows quantized (integer path)
     const uint8_t* gate;           // expert e's gate rows [expert_ff][n_embd] start at gate + e * expert_stride_bytes
     int64_t up_offset_bytes;       // expert e's up rows start up_offset_bytes after its gate rows
     int64_t expert_stride_bytes;   // bytes from one expert to the next (gate and up alike)
@@ -39,67 +46,98 @@ struct moe_gate_up_kernel {
     const uint8_t* maybe_sh_gate;  // [shared_ff][n_embd] shared-expert gate rows, or null (no shared jobs)
     int64_t sh_up_offset_bytes;    // the shared up rows start this many bytes after its gate rows
     float* maybe_sh_act;           // [n_tokens][shared_ff] when maybe_sh_gate is set
+    // Optional 16-bit copies (expert_ff and shared_ff multiples of 32): [n_pairs][expert_ff] and
+    // [n_tokens][shared_ff] values, and their group records; null: not written.
+    int16_t* maybe_act_q;
+    quant::act16_group* maybe_act_groups;
+    int16_t* maybe_sh_act_q;
+    quant::act16_group* maybe_sh_act_groups;
     int64_t n_tokens;
     int k, n_experts, n_embd, expert_ff, shared_ff;
+    int log2_lanes;   // lanes per row (<= 5): ops::gemv_engine workers of one row
     int* error_flag;  // set to 1 on an out-of-range id
   };
-  struct shared_storage {};
-  static int64_t n_pairs(const params& p) { return p.n_tokens * p.k; }
+  struct shared_storage {
+    float out[max_block_rows];  // the block's outputs, for the 16-bit copy
+  };
+  static Q35_HOST_DEVICE int64_t n_pairs(const params& p) { return p.n_tokens * p.k; }
+  static Q35_HOST_DEVICE int rows_per_pass(const params& p) { return n_warps * (warp_size >> p.log2_lanes); }
+  // Whole 32-row groups (the 16-bit copy's unit), at least one pass.
+  static Q35_HOST_DEVICE int rows_per_block(const params& p) { return rows_per_pass(p) > 32 ? rows_per_pass(p) : 32; }
   static dim3 grid(const params& p) {
     const int64_t jobs = n_pairs(p) + (p.maybe_sh_gate ? p.n_tokens : 0);
     const int rows = p.maybe_sh_gate && p.shared_ff > p.expert_ff ? p.shared_ff : p.expert_ff;
-    return dim3(unsigned(jobs), unsigned(ceil_div(rows, rows_per_block)));
+    return dim3(unsigned(jobs), unsigned(ceil_div(rows, rows_per_block(p))));
   }
 
-  Q35_DEVICE void operator()(const params& p, shared_storage&) const {
+  Q35_DEVICE void operator()(const params& p, shared_storage& s) const {
     const int64_t job = int64_t(arch::block_idx().x);
-    const int row0 = int(arch::block_idx().y) * rows_per_block + arch::warp_id() * rows_per_warp;
+    const int lane = arch::lane_id(), warp = arch::warp_id();
+    const int lanes = 1 << p.log2_lanes, sub = lane & (lanes - 1);
+    const int block_rows = rows_per_block(p), pass_rows = rows_per_pass(p);
+    const int row0 = int(arch::block_idx().y) * block_rows;
     const int64_t row_bytes = Format::row_bytes(p.n_embd);
-    const int64_t pairs = int64_t(p.n_tokens) * p.k;
+    const int64_t pairs = n_pairs(p);
     const uint8_t* base;
-    int64_t up_offset;
-    const float* x;
+    int64_t up_offset, x_row, out_row;
     float* out;
-    int n_rows;
+    int n_rows, ff;
+    int16_t* maybe_q;
+    quant::act16_group* maybe_groups;
     if (job < pairs) {
       const int32_t e = p.ids[job];
-      n_rows = p.expert_ff;
+      n_rows = ff = p.expert_ff;
       out = p.act + job * p.expert_ff;
       if (e < 0 || e >= p.n_experts) {  // the router never writes this; guard against a corrupt id
         if (arch::thread_rank() == 0) *p.error_flag = 1;
-        Q35_UNROLL
-        for (int i = 0; i < rows_per_warp; ++i)
-          if (arch::lane_id() == 0 && row0 + i < n_rows) out[row0 + i] = NAN;
-        return;
+        for (int r = arch::thread_rank(); r < block_rows; r += threads)
+          if (row0 + r < n_rows) out[row0 + r] = NAN;
+        return;  // the whole block: no barrier follows
       }
       base = p.gate + int64_t(e) * p.expert_stride_bytes;
       up_offset = p.up_offset_bytes;
-      x = p.x + (job / p.k) * p.n_embd;
+      x_row = job / p.k, out_row = job;
+      maybe_q = p.maybe_act_q, maybe_groups = p.maybe_act_groups;
     } else {
       const int64_t t = job - pairs;
-      n_rows = p.shared_ff;
+      n_rows = ff = p.shared_ff;
       out = p.maybe_sh_act + t * p.shared_ff;
       base = p.maybe_sh_gate;
       up_offset = p.sh_up_offset_bytes;
-      x = p.x + t * p.n_embd;
+      x_row = t, out_row = t;
+      maybe_q = p.maybe_sh_act_q, maybe_groups = p.maybe_sh_act_groups;
     }
-    // rows of this warp: gate r0, up r0, gate r0 + 1, up r0 + 1, ... (a prefix of them inside the matrix)
-    const int n_here = n_rows - row0 < rows_per_warp ? (n_rows - row0 > 0 ? n_rows - row0 : 0) : rows_per_warp;
-    const block* rows[2 * rows_per_warp];
-    const float* xs[2 * rows_per_warp];
-    Q35_UNROLL
-    for (int i = 0; i < rows_per_warp; ++i) {
-      const int r = i < n_here ? row0 + i : 0;  // a row that exists (unused)
-      rows[2 * i] = ops::row_at<Format>(base, r, row_bytes);
-      rows[2 * i + 1] = ops::row_at<Format>(base + up_offset, r, row_bytes);
-      xs[2 * i] = xs[2 * i + 1] = x;
+    ops::gemv_input in{};
+    in.cols = p.n_embd;
+    if constexpr (Act16) {
+      in.x16 = {p.x16.q + x_row * p.n_embd, p.x16.groups + x_row * (p.n_embd / quant::act16_group_elems), p.n_embd};
+    } else {
+      in.x = p.x + x_row * p.n_embd;
     }
-    float d[2 * rows_per_warp];
-    ops::warp_row_dots<Format, 2 * rows_per_warp>(rows, xs, 2 * n_here, p.n_embd / quant::unit_elems, d);
-    Q35_UNROLL
-    for (int i = 0; i < rows_per_warp; ++i) {
+    // 1, but not known to the compiler: the engine's per-token exits then bound how far ptxas hoists
+    // the loads of both matrices (with a constant it hoisted all of them: 128-174 registers and a
+    // 6 KB spill for Q6_K, nvcc 13.0; gemv_kernel does the same)
+    const int n_tok = p.k > 0 ? 1 : 0;
+    for (int pass = 0; pass < block_rows; pass += pass_rows) {  // the same trip count for the whole block
+      const int local = pass + warp * (warp_size >> p.log2_lanes) + (lane >> p.log2_lanes);
+      const int row = row0 + local;
+      float acc[2][1] = {};
+      if (row < n_rows) engine::accumulate(base + row * row_bytes, up_offset, in, sub, lanes, n_tok, acc);
+      engine::reduce_lanes(lanes, acc);
       // act = silu(gate . x) * (up . x)
-      if (i < n_here && arch::lane_id() == 0) out[row0 + i] = arch::silu(d[2 * i]) * d[2 * i + 1];
+      const float v = arch::silu(acc[0][0]) * acc[1][0];
+      if (sub == 0 && row < n_rows) {
+        out[row] = v;
+        s.out[local] = v;
+      }
+    }
+    if (!maybe_q) return;  // the same for the whole block (one job)
+    arch::sync_block();
+    // the 16-bit copy: warp w quantizes the block's groups w, w + n_warps, ... (rows are whole groups)
+    constexpr int ge = quant::act16_group_elems;
+    for (int g = warp; g * ge < block_rows && row0 + g * ge < n_rows; g += n_warps) {
+      const int64_t gi = out_row * (ff / ge) + (row0 / ge + g);
+      ops::quantize_group_warp(s.out[g * ge + lane], maybe_q + gi * ge, maybe_groups + gi);
     }
   }
 };
@@ -107,92 +145,102 @@ struct moe_gate_up_kernel {
 // h[t] += sum_{j < k} w[t, j] * (W_down[ids[t, j]] act[t k + j])  +  g[t] * s[t], in that order,
 // where s[t] = W_sh_down sh_act[t] (computed here when maybe_sh_down is set) or maybe_sh_y[t]
 // (computed by another launch: a shared expert in another format than the routed experts).
-// Thread mapping: block (t, tile) owns rows [tile * rows_per_block, +rows_per_block) of token t; a
-// warp computes rows_per_warp of them, each over the k experts in slot order (experts_per_step
-// experts' rows loaded at once), then the shared expert.
-template <quant::weight_format Format, class Policy = moe_policy_decode>
+// The weights stream through ops::gemv_engine (Act16: act as 16-bit activations written by
+// moe_gate_up_kernel; else fp32 act).
+// Thread mapping: block (t, tile) owns rows [tile * R, +R) of token t, R = 32 / lanes; every warp
+// covers all R rows (`lanes` workers each) for its share of the jobs (the k experts, then the
+// shared expert: warp w takes jobs w, w + n_warps, ...), keeps each job's dot in shared memory, and
+// warp 0 combines them in slot order.
+template <quant::weight_format Format, bool Act16, class Policy = moe_policy_decode>
 struct moe_down_kernel {
-  using block = typename Format::block;
+  using engine = ops::gemv_engine<Format, 1, 1, Act16, Act16 ? 1 : 2>;
   static constexpr int threads = Policy::threads;
-  static constexpr int rows_per_warp = Policy::rows_per_warp;
-  static constexpr int rows_per_block = Policy::rows_per_block;
-  static constexpr int experts_per_step = Policy::experts_per_step;
-  // Without a minimum ptxas trimmed the Q6_K instance to 80 registers on sm_80 and spilled 20
-  // bytes (nvcc 13.0); 4 blocks of 128 threads per SM allow 128.
-  static constexpr int min_blocks_per_sm = 4;
+  static constexpr int n_warps = threads / warp_size;
+  static constexpr int max_jobs = ops::router_max_k + 1;
 
   struct params {
-    const float* act;     // [n_tokens * k][expert_ff], 16-byte aligned rows
-    const uint8_t* down;  // expert e's rows [n_embd][expert_ff] start at down + e * expert_stride_bytes
+    const float* act;         // [n_tokens * k][expert_ff], 16-byte aligned rows (float path)
+    quant::act16_view act16;  // the same quantized (integer path)
+    const uint8_t* down;      // expert e's rows [n_embd][expert_ff] start at down + e * expert_stride_bytes
     int64_t expert_stride_bytes;
     const int32_t* ids;            // [n_tokens][k]
     const float* weights;          // [n_tokens][k] routing weights
-    const float* maybe_sh_act;     // [n_tokens][shared_ff] with maybe_sh_down
+    const float* maybe_sh_act;     // [n_tokens][shared_ff] with maybe_sh_down (float path)
+    quant::act16_view sh_act16;    // the same quantized (integer path)
     const uint8_t* maybe_sh_down;  // [n_embd][shared_ff] in Format, or null
     const float* maybe_sh_y;       // [n_tokens][n_embd] shared-expert output, or null
     const float* maybe_sh_gate;    // [n_tokens] sigmoid gate of the shared expert (with either of the two above)
     float* h;                      // [n_tokens][n_embd] residual stream, read and written
     int64_t n_tokens;
     int k, n_experts, n_embd, expert_ff, shared_ff;
+    int log2_lanes;  // lanes per row (<= 5)
     int* error_flag;
   };
-  struct shared_storage {};
-  static dim3 grid(const params& p) { return dim3(unsigned(p.n_tokens), unsigned(ceil_div(p.n_embd, rows_per_block))); }
+  struct shared_storage {
+    float dot[max_jobs][warp_size];  // [job][row of the block]
+    int bad[max_jobs];               // the job's expert id is out of range
+  };
+  static Q35_HOST_DEVICE int rows_per_block(const params& p) { return warp_size >> p.log2_lanes; }
+  static dim3 grid(const params& p) {
+    return dim3(unsigned(p.n_tokens), unsigned(ceil_div(p.n_embd, rows_per_block(p))));
+  }
 
-  Q35_DEVICE void operator()(const params& p, shared_storage&) const {
+  Q35_DEVICE void operator()(const params& p, shared_storage& s) const {
     const int64_t t = int64_t(arch::block_idx().x);
-    const int row0 = int(arch::block_idx().y) * rows_per_block + arch::warp_id() * rows_per_warp;
-    const int64_t row_bytes = Format::row_bytes(p.expert_ff);
-    const int64_t sh_row_bytes = p.maybe_sh_down ? Format::row_bytes(p.shared_ff) : 0;
-    Q35_UNROLL
-    for (int i = 0; i < rows_per_warp; ++i) {
-      const int r = row0 + i;
-      if (r >= p.n_embd) continue;  // warp-uniform
-      float total = 0.0f;
-      bool bad = false;
-      // experts_per_step experts' rows at once (their loads in flight together), summed in slot order
-      for (int j0 = 0; j0 < p.k; j0 += experts_per_step) {
-        const int n_step = p.k - j0 < experts_per_step ? p.k - j0 : experts_per_step;
-        const block* rows[experts_per_step];
-        const float* xs[experts_per_step];
-        bool valid[experts_per_step];
-        Q35_UNROLL
-        for (int g = 0; g < experts_per_step; ++g) {
-          const int64_t pair = t * p.k + j0 + (g < n_step ? g : 0);
-          const int32_t e = p.ids[pair];
-          valid[g] = g < n_step && e >= 0 && e < p.n_experts;
-          rows[g] = ops::row_at<Format>(p.down + (valid[g] ? int64_t(e) : 0) * p.expert_stride_bytes, r, row_bytes);
-          xs[g] = p.act + pair * p.expert_ff;
-        }
-        float d[experts_per_step];
-        ops::warp_row_dots<Format, experts_per_step>(rows, xs, n_step, p.expert_ff / quant::unit_elems, d);
-        Q35_UNROLL
-        for (int g = 0; g < experts_per_step; ++g) {
-          if (g >= n_step) continue;
-          bad |= !valid[g];
-          // total += w_j * y_j
-          if (valid[g]) total += p.weights[t * p.k + j0 + g] * d[g];
-        }
+    const int lane = arch::lane_id(), warp = arch::warp_id();
+    const int lanes = 1 << p.log2_lanes, sub = lane & (lanes - 1), local = lane >> p.log2_lanes;
+    const int r0 = int(arch::block_idx().y) * rows_per_block(p), row = r0 + local;
+    const int n_jobs = p.k + (p.maybe_sh_down ? 1 : 0);
+    for (int j = warp; j < n_jobs; j += n_warps) {  // warp-uniform
+      const uint8_t* base;
+      int64_t in_row;
+      int cols;
+      bool valid = true;
+      if (j < p.k) {
+        const int64_t pair = t * p.k + j;
+        const int32_t e = p.ids[pair];
+        valid = e >= 0 && e < p.n_experts;
+        base = p.down + (valid ? int64_t(e) : 0) * p.expert_stride_bytes;
+        in_row = pair, cols = p.expert_ff;
+      } else {
+        base = p.maybe_sh_down;
+        in_row = t, cols = p.shared_ff;
       }
-      float shared = 0.0f;
-      if (p.maybe_sh_down) {
-        const block* const row[1] = {ops::row_at<Format>(p.maybe_sh_down, r, sh_row_bytes)};
-        const float* const xs[1] = {p.maybe_sh_act + t * p.shared_ff};
-        float d[1];
-        ops::warp_row_dots<Format, 1>(row, xs, 1, p.shared_ff / quant::unit_elems, d);
-        shared = d[0];
-      } else if (p.maybe_sh_y) {
-        shared = p.maybe_sh_y[t * p.n_embd + r];
+      ops::gemv_input in{};
+      in.cols = cols;
+      if constexpr (Act16) {
+        const quant::act16_view& v = j < p.k ? p.act16 : p.sh_act16;
+        in.x16 = {v.q + in_row * cols, v.groups + in_row * (cols / quant::act16_group_elems), cols};
+      } else {
+        in.x = (j < p.k ? p.act : p.maybe_sh_act) + in_row * cols;
       }
-      if (arch::lane_id() == 0) {
-        // total += g * s (the shared expert, scaled by its gate)
-        if (p.maybe_sh_down || p.maybe_sh_y) total += p.maybe_sh_gate[t] * shared;
-        float* out = p.h + t * p.n_embd + r;
-        // h = h + FFN(x)
-        *out = bad ? NAN : *out + total;
-        if (bad) *p.error_flag = 1;
-      }
+      float acc[1][1] = {};
+      const int n_tok = p.k > 0 ? 1 : 0;  // 1, as a run-time value (see moe_gate_up_kernel)
+      if (valid && row < p.n_embd)
+        engine::accumulate(base + row * Format::row_bytes(cols), 0, in, sub, lanes, n_tok, acc);
+      engine::reduce_lanes(lanes, acc);
+      if (sub == 0) s.dot[j][local] = acc[0][0];
+      if (lane == 0) s.bad[j] = !valid;
     }
+    arch::sync_block();
+    if (warp != 0 || lane >= rows_per_block(p) || r0 + lane >= p.n_embd) return;
+    const int r = r0 + lane;
+    // total = sum_j w_j y_j in slot order, then + g s (the shared expert, scaled by its gate)
+    float total = 0.0f;
+    bool bad = false;
+    for (int j = 0; j < p.k; ++j) {
+      bad |= s.bad[j] != 0;
+      if (!s.bad[j]) total += p.weights[t * p.k + j] * s.dot[j][lane];
+    }
+    if (p.maybe_sh_down) {
+      total += p.maybe_sh_gate[t] * s.dot[p.k][lane];
+    } else if (p.maybe_sh_y) {
+      total += p.maybe_sh_gate[t] * p.maybe_sh_y[t * p.n_embd + r];
+    }
+    float* out = p.h + t * p.n_embd + r;
+    // h = h + FFN(x)
+    *out = bad ? NAN : *out + total;
+    if (bad) *p.error_flag = 1;
   }
 };
 

@@ -1,17 +1,26 @@
 // rmsnorm_kernel: y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w for each row r (spec §2.0: every RMSNorm
 // of the decoder: attn_norm, post_attention_norm, output_norm; the GGUF weights already hold 1 + w).
 //
-// Thread-to-data mapping: one block per row; thread t handles the 4-element groups t, t + threads, ...
-// (16-byte loads when the row allows), the sum of squares goes through one deterministic block
-// reduction, then every thread scales its own elements.
+// Optionally it also writes y quantized for the GEMV engine's integer path (quant/act16.hpp), the
+// same bits launch::quantize_act16 would produce from y, so the projections that read y need no
+// quantization launch of their own.
+//
+// Thread-to-data mapping: one block per row; thread t handles elements t, t + threads, ..., the sum
+// of squares goes through one deterministic block reduction, then every thread scales its own
+// elements; for the 16-bit copy thread t recomputes and quantizes the 32-element groups t,
+// t + threads, ... of the row (the same fp32 expression as y, so the same values).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
 #include "q35/arch/thread.hpp"
+#include "q35/arch/vector_load.hpp"
 #include "q35/block/reduce.hpp"
 #include "q35/core/dim3.hpp"
+#include "q35/core/numeric.hpp"
+#include "q35/core/vec.hpp"
+#include "q35/quant/act16.hpp"
 
 namespace q35::kernels {
 
@@ -25,6 +34,8 @@ struct rmsnorm_kernel {
     int n;  // elements per row
     int64_t x_stride, y_stride;
     float eps;
+    int16_t* maybe_q;                  // [rows][n] 16-bit copy of y (n a multiple of 32), or null
+    quant::act16_group* maybe_groups;  // [rows][n / 32] its group records (with maybe_q)
   };
   struct shared_storage {
     typename block::reduce<float, Threads>::storage red;
@@ -44,6 +55,24 @@ struct rmsnorm_kernel {
     // scale = 1 / sqrt(ss / n + eps)
     const float scale = 1.0f / sqrtf(ss / float(p.n) + p.eps);
     for (int i = t; i < p.n; i += Threads) y[i] = p.w ? x[i] * scale * p.w[i] : x[i] * scale;
+    if (!p.maybe_q) return;
+    constexpr int ge = quant::act16_group_elems;
+    for (int g = t; g < p.n / ge; g += Threads) {
+      float v[ge];
+      Q35_UNROLL
+      for (int i = 0; i < ge; ++i) {
+        const int c = g * ge + i;
+        v[i] = p.w ? x[c] * scale * p.w[c] : x[c] * scale;  // = y[c]
+      }
+      uint32_t q[ge / 2];
+      quant::act16_group rec;
+      quant::quantize_group(v, q, rec);
+      auto* out = reinterpret_cast<uint32_t*>(p.maybe_q + r * p.n + g * ge);
+      Q35_UNROLL
+      for (int k = 0; k < ge / 8; ++k)
+        arch::store_16(out + 4 * k, vec16<uint32_t>{{q[4 * k], q[4 * k + 1], q[4 * k + 2], q[4 * k + 3]}});
+      p.maybe_groups[r * (p.n / ge) + g] = rec;
+    }
   }
 };
 

@@ -41,6 +41,9 @@ struct ffn_layer_args {
   size_t workspace_bytes = 0;
   int* error_flag = nullptr;                // device int, set to 1 when a device-side expert id is out of range (MoE)
   uint64_t* maybe_expert_counts = nullptr;  // [n_experts] selection histogram the router adds to (MoE), or null
+  // x already quantized by its producer (rmsnorm's act16 output: n_tokens rows of n_embd), read by
+  // the GEMV's integer path instead of quantizing x again; or empty.
+  quant::act16_view maybe_x16;
 };
 
 namespace detail {
@@ -90,6 +93,7 @@ inline status dense_ffn(const ffn_layer_args& a, const dense_ffn_weights& w, str
   matmul_args g;
   g.w = w.gate, g.maybe_w_up = w.up, g.x = a.x, g.y = act, g.n_tokens = a.n_tokens;
   g.epilogue = ops::epilogue::swiglu, g.maybe_workspace = scratch, g.workspace_bytes = scratch_bytes;
+  g.maybe_x16 = a.maybe_x16;
   Q35_TRY(matmul(g, stream));
   // h += W_down act
   matmul_args d;

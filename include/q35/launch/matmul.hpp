@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "q35/core/status.hpp"
@@ -26,6 +27,10 @@ struct matmul_args {
   // converted to the engine's input format); may be null when that is 0.
   void* maybe_workspace = nullptr;
   size_t workspace_bytes = 0;
+  // x already quantized (quant/act16.hpp layout: n_tokens rows of w.cols), by its producer (rmsnorm)
+  // or once for several matmuls that read the same x (quantize_shared_input); used where the GEMV's
+  // integer path applies (matmul_int_path), ignored elsewhere (x is then read). x stays required.
+  quant::act16_view maybe_x16;
 };
 
 // Device scratch one matmul of n_tokens rows of `cols` inputs needs (callers size their workspace
@@ -44,6 +49,38 @@ inline status check_pair(const quant::weight_view& w, const quant::weight_view& 
   return status::success();
 }
 }  // namespace detail
+
+// Whether launch::matmul reads x as 16-bit activations for this weight and token count (the GEMV's
+// integer path: 1..gemv_max_tokens tokens, a format with ops::dot16 items that tile the row, and
+// 16-byte aligned weights), given maybe_x16 or a workspace.
+inline bool matmul_int_path(const quant::weight_view& w, int64_t n_tokens) {
+  if (n_tokens < 1 || n_tokens > gemv_max_tokens || w.empty() || w.n_mats != 1) return false;
+  bool yes = false;
+  (void)quant::with_format(w.type, [&](auto tag) {
+    using F = typename decltype(tag)::type;
+    gemv_args<F> g;
+    g.w = static_cast<const typename F::block*>(w.data), g.cols = w.cols;
+    yes = gemv_has_int_path(g);
+  });
+  return yes;
+}
+
+// For several matmuls of n_tokens rows that read the same x: quantizes x once into `out` (16-byte
+// aligned, >= matmul_workspace_bytes(cols, n_tokens) bytes) when at least one of `weights` takes the
+// integer path, and returns its view for their maybe_x16; else (or when x16 is already given) returns
+// x16 unchanged, launching nothing. One launch instead of one per matmul.
+template <int = 0>
+inline status quantize_shared_input(const float* x, int64_t n_tokens, int64_t cols,
+                                    std::initializer_list<quant::weight_view> weights, void* out, size_t out_bytes,
+                                    quant::act16_view& x16, stream_t stream = nullptr) {
+  if (!x16.empty() || !out || cols % quant::act16_group_elems != 0) return status::success();
+  bool any = false;
+  for (const quant::weight_view& w : weights) any = any || matmul_int_path(w, n_tokens);
+  if (!any) return status::success();
+  Q35_TRY(quantize_act16(x, n_tokens, cols, out, out_bytes, stream));
+  x16 = act16_layout(out, cols, n_tokens);
+  return status::success();
+}
 
 // y = W x, y += W x, or y = silu(W_gate x) * (W_up x), for n_tokens >= 0 tokens. Asynchronous.
 template <int = 0>
@@ -65,6 +102,7 @@ inline status matmul(const matmul_args& a, stream_t stream = nullptr) {
       g.w = w, g.maybe_w_up = up, g.x = a.x, g.y = a.y, g.rows = a.w.rows, g.cols = a.w.cols;
       g.n_tokens = int(a.n_tokens), g.epilogue = a.epilogue;
       g.maybe_workspace = a.maybe_workspace, g.workspace_bytes = a.workspace_bytes;
+      if (!a.maybe_x16.empty() && gemv_has_int_path(g)) g.maybe_x16 = a.maybe_x16;
       return gemv<F>(g, stream);
     }
     gemm_args<F> g;
