@@ -79,14 +79,29 @@ TEST_CASE("moe_ffn: the decode kernels' integer path (x and act as 16-bit activa
       test::check_moe(c, test::run_moe(c));
     }
   }
-  // Q6_K items are 2048 wide: width 512 (35B-A3B's down) stays on the float path, n_embd 2048 not
+  // Q6_K items are 2048 wide: n_embd 2048 tiles; widths 512 (35B-A3B's down) and 1024 are read as
+  // bundles of 4 / 2 rows per item; width 768 (3 blocks) stays on the float path
+  for (const int ff : {512, 1024, 768}) {
+    for (const int64_t n_tokens : {1, 5}) {
+      test::moe_case_spec s;
+      s.n_embd = 2048, s.n_experts = 8, s.k = 3, s.expert_ff = ff, s.shared_ff = ff, s.n_tokens = n_tokens;
+      s.seed = 333 + uint64_t(ff) + uint64_t(n_tokens);
+      s.type = s.down_type = s.sh_type = s.sh_down_type = id(type_id::q6_k);
+      CAPTURE(ff);
+      CAPTURE(n_tokens);
+      const test::moe_case c = test::make_moe_case(s);
+      const launch::detail::moe_decode_paths p = launch::detail::moe_decode_paths_of(c.weights, test::shape_of(s));
+      CHECK(p.gate_up_act16);
+      CHECK(p.down_act16 == (ff != 768));
+      test::check_moe(c, test::run_moe(c));
+    }
+  }
+  // the shared expert in another width than the routed ones: no bundles (float path)
   test::moe_case_spec s;
-  s.n_embd = 2048, s.n_experts = 8, s.k = 2, s.expert_ff = 512, s.shared_ff = 512, s.seed = 333;
+  s.n_embd = 2048, s.n_experts = 8, s.k = 2, s.expert_ff = 512, s.shared_ff = 1024, s.seed = 339;
   s.type = s.down_type = s.sh_type = s.sh_down_type = id(type_id::q6_k);
   const test::moe_case c = test::make_moe_case(s);
-  const launch::detail::moe_decode_paths p = launch::detail::moe_decode_paths_of(c.weights, test::shape_of(s));
-  CHECK(p.gate_up_act16);
-  CHECK(!p.down_act16);
+  CHECK(!launch::detail::moe_decode_paths_of(c.weights, test::shape_of(s)).down_act16);
   test::check_moe(c, test::run_moe(c));
 }
 

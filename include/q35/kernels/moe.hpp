@@ -151,12 +151,19 @@ struct moe_gate_up_kernel {
 // covers all R rows (`lanes` workers each) for its share of the jobs (the k experts, then the
 // shared expert: warp w takes jobs w, w + n_warps, ...), keeps each job's dot in shared memory, and
 // warp 0 combines them in slot order.
-template <quant::weight_format Format, bool Act16, class Policy = moe_policy_decode>
+//
+// BlocksPerRow > 0 (Q6_K rows of 512 or 1024 weights, Act16): rows are bundled 8 / BlocksPerRow to
+// one 8-block item (ops::gemv_engine::accumulate_rows); block (t, tile) owns bundles_per_block
+// bundles, and thread i takes the (job, bundle) units i, i + threads, ...
+template <quant::weight_format Format, bool Act16, class Policy = moe_policy_decode, int BlocksPerRow = 0>
 struct moe_down_kernel {
   using engine = ops::gemv_engine<Format, 1, 1, Act16, Act16 ? 1 : 2>;
   static constexpr int threads = Policy::threads;
   static constexpr int n_warps = threads / warp_size;
   static constexpr int max_jobs = ops::router_max_k + 1;
+  static constexpr int bundle_rows = BlocksPerRow > 0 ? 8 / BlocksPerRow : 1;
+  static constexpr int bundles_per_block = 4;
+  static_assert(BlocksPerRow == 0 || (Act16 && bundles_per_block * bundle_rows <= warp_size), "row bundles");
 
   struct params {
     const float* act;         // [n_tokens * k][expert_ff], 16-byte aligned rows (float path)
@@ -180,17 +187,57 @@ struct moe_down_kernel {
     float dot[max_jobs][warp_size];  // [job][row of the block]
     int bad[max_jobs];               // the job's expert id is out of range
   };
-  static Q35_HOST_DEVICE int rows_per_block(const params& p) { return warp_size >> p.log2_lanes; }
+  static Q35_HOST_DEVICE int rows_per_block(const params& p) {
+    return BlocksPerRow > 0 ? bundles_per_block * bundle_rows : warp_size >> p.log2_lanes;
+  }
   static dim3 grid(const params& p) {
     return dim3(unsigned(p.n_tokens), unsigned(ceil_div(p.n_embd, rows_per_block(p))));
   }
 
   Q35_DEVICE void operator()(const params& p, shared_storage& s) const {
     const int64_t t = int64_t(arch::block_idx().x);
-    const int lane = arch::lane_id(), warp = arch::warp_id();
-    const int lanes = 1 << p.log2_lanes, sub = lane & (lanes - 1), local = lane >> p.log2_lanes;
+    const int local = arch::lane_id() >> p.log2_lanes;
     const int r0 = int(arch::block_idx().y) * rows_per_block(p), row = r0 + local;
     const int n_jobs = p.k + (p.maybe_sh_down ? 1 : 0);
+    if constexpr (BlocksPerRow > 0) {
+      bundled_dots(p, s, t, r0, n_jobs);
+    } else {
+      engine_dots(p, s, t, row, local, n_jobs);
+    }
+    arch::sync_block();
+    combine(p, s, t, r0);
+  }
+
+ private:
+  // The job's expert matrix (or the shared expert's), and whether its id is valid.
+  static Q35_DEVICE const uint8_t* job_matrix(const params& p, int64_t t, int j, bool& valid) {
+    valid = true;
+    if (j >= p.k) return p.maybe_sh_down;
+    const int32_t e = p.ids[t * p.k + j];
+    valid = e >= 0 && e < p.n_experts;
+    return p.down + (valid ? int64_t(e) : 0) * p.expert_stride_bytes;
+  }
+  // The job's input row: act of pair t k + j, or sh_act of token t.
+  static Q35_DEVICE ops::gemv_input job_input(const params& p, int64_t t, int j) {
+    const int64_t in_row = j < p.k ? t * p.k + j : t;
+    const int cols = j < p.k ? p.expert_ff : p.shared_ff;
+    ops::gemv_input in{};
+    in.cols = cols;
+    if constexpr (Act16) {
+      const quant::act16_view& v = j < p.k ? p.act16 : p.sh_act16;
+      in.x16 = {v.q + in_row * cols, v.groups + in_row * (cols / quant::act16_group_elems), cols};
+    } else {
+      in.x = (j < p.k ? p.act : p.maybe_sh_act) + in_row * cols;
+    }
+    return in;
+  }
+
+  // s.dot[j][row - r0] for the block's R rows: warp w takes jobs w, w + n_warps, ... (written out
+  // rather than through job_matrix / job_input: with those ptxas formed the activation addresses
+  // with 3x the IMAD/LEA and the Q4_K loop rose from 1.46 to 1.68 instructions per weight)
+  static Q35_DEVICE void engine_dots(const params& p, shared_storage& s, int64_t t, int row, int local, int n_jobs) {
+    const int lane = arch::lane_id(), warp = arch::warp_id();
+    const int lanes = 1 << p.log2_lanes, sub = lane & (lanes - 1);
     for (int j = warp; j < n_jobs; j += n_warps) {  // warp-uniform
       const uint8_t* base;
       int64_t in_row;
@@ -222,8 +269,32 @@ struct moe_down_kernel {
       if (sub == 0) s.dot[j][local] = acc[0][0];
       if (lane == 0) s.bad[j] = !valid;
     }
-    arch::sync_block();
-    if (warp != 0 || lane >= rows_per_block(p) || r0 + lane >= p.n_embd) return;
+  }
+
+  // The same for bundled rows: thread i takes the (job, bundle) units i, i + threads, ...
+  static Q35_DEVICE void bundled_dots(const params& p, shared_storage& s, int64_t t, int r0, int n_jobs) {
+    if constexpr (BlocksPerRow > 0) {
+      for (int u = arch::thread_rank(); u < n_jobs * bundles_per_block; u += threads) {
+        const int j = u / bundles_per_block, b = u % bundles_per_block;
+        bool valid;
+        const uint8_t* base = job_matrix(p, t, j, valid);
+        const ops::gemv_input in = job_input(p, t, j);
+        const int first = r0 + b * bundle_rows;  // a multiple of bundle_rows: a 16-byte aligned item
+        float acc[bundle_rows][1] = {};
+        const int n_tok = p.k > 0 ? 1 : 0;
+        if (valid && first < p.n_embd)
+          engine::template accumulate_rows<BlocksPerRow>(base + first * Format::row_bytes(in.cols), in, n_tok, acc);
+        Q35_UNROLL
+        for (int i = 0; i < bundle_rows; ++i) s.dot[j][b * bundle_rows + i] = acc[i][0];
+        if (b == 0) s.bad[j] = !valid;
+      }
+    }
+  }
+
+  // Warp 0: h[r] += sum_j w_j dot_j + g s for the block's rows, in slot order.
+  static Q35_DEVICE void combine(const params& p, shared_storage& s, int64_t t, int r0) {
+    const int lane = arch::lane_id();
+    if (arch::warp_id() != 0 || lane >= rows_per_block(p) || r0 + lane >= p.n_embd) return;
     const int r = r0 + lane;
     // total = sum_j w_j y_j in slot order, then + g s (the shared expert, scaled by its gate)
     float total = 0.0f;

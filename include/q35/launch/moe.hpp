@@ -11,6 +11,7 @@
 // and a combination back to token order in a fixed summation order.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -172,10 +173,13 @@ inline status check_cols(const std::string& fn, const char* name, const quant::w
 }
 }  // namespace detail
 
-// Device scratch of moe_ffn for up to max_tokens tokens.
+// Device scratch of moe_ffn for up to max_tokens tokens: the larger of the two paths' plans (the
+// decode path's 16-bit copies can outweigh the grouped path's regions just above its limit).
 template <int = 0>
 inline size_t moe_workspace_bytes(const ffn_shape& s, int64_t max_tokens) {
-  return detail::moe_plan(s, max_tokens).total;
+  const size_t grouped = detail::moe_plan(s, max_tokens).total;
+  const size_t decode = detail::moe_plan(s, std::min(max_tokens, moe_decode_max_tokens)).total;
+  return std::max(grouped, decode);
 }
 
 // Checks shapes, views and workspace; the message names the bad value.
@@ -371,16 +375,32 @@ bool moe_int_path(int64_t cols, std::initializer_list<uintptr_t> addresses_and_s
 }
 inline uintptr_t moe_addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
+// Q6_K down rows of 512 or 1024 weights: the decode down kernel bundles 4 or 2 of them into one
+// 8-block item (moe_down_kernel's BlocksPerRow); 0 where that does not apply.
+inline int moe_q6k_bundle_blocks(const moe_weights& w, const ffn_shape& s) {
+  if (w.down_exps.type != uint32_t(quant::type_id::q6_k)) return 0;
+  const int ff = s.expert_ff_dim;
+  if ((ff != 512 && ff != 1024) || s.n_embd % (2048 / ff) != 0) return 0;
+  if (moe_fused_down(w, s) && s.shared_ff_dim != ff) return 0;
+  return ff / 256;
+}
+
 // Whether moe_decode_down takes the integer path (then moe_decode_gate_up writes act16 and sh_act16).
 template <int = 0>
 inline bool moe_down_int_path(const moe_weights& w, const ffn_shape& s) {
   bool yes = false;
   (void)quant::with_format(w.down_exps.type, [&](auto tag) {
     using F = typename decltype(tag)::type;
-    yes = moe_int_path<F>(s.expert_ff_dim, {moe_addr(w.down_exps.data), uintptr_t(w.down_exps.stride_bytes())});
+    const uintptr_t stride = uintptr_t(w.down_exps.stride_bytes());
+    if (moe_q6k_bundle_blocks(w, s) > 0) {  // items of whole row bundles: 16-byte aligned matrices suffice
+      yes = moe_int_path<F>(
+          2048, {moe_addr(w.down_exps.data), stride, moe_fused_down(w, s) ? moe_addr(w.shexp_down.data) : 0});
+    } else {
+      yes = moe_int_path<F>(s.expert_ff_dim, {moe_addr(w.down_exps.data), stride});
+      if (moe_fused_down(w, s)) yes = yes && moe_int_path<F>(s.shared_ff_dim, {moe_addr(w.shexp_down.data)});
+    }
     // a fused shared down reads sh_act16, which only the fused gate/up kernel writes
-    if (moe_fused_down(w, s))
-      yes = yes && moe_fused_gate_up(w, s) && moe_int_path<F>(s.shared_ff_dim, {moe_addr(w.shexp_down.data)});
+    if (moe_fused_down(w, s)) yes = yes && moe_fused_gate_up(w, s);
   });
   return yes;
 }
@@ -479,11 +499,11 @@ inline status moe_decode_gate_up(const ffn_layer_args& a, const moe_weights& w, 
   return status::success();
 }
 
-// Launches moe_down_kernel<F, Act16> (see moe_decode_down).
-template <class F, bool Act16>
+// Launches moe_down_kernel<F, Act16, Policy, BlocksPerRow> (see moe_decode_down).
+template <class F, bool Act16, class Policy = kernels::moe_policy_decode, int BlocksPerRow = 0>
 status run_moe_down(const ffn_layer_args& a, const moe_weights& w, const moe_buffers& b, stream_t stream) {
   const ffn_shape& s = a.shape;
-  using kernel = kernels::moe_down_kernel<F, Act16>;
+  using kernel = kernels::moe_down_kernel<F, Act16, Policy, BlocksPerRow>;
   typename kernel::params p{};
   p.act = b.act;
   if (Act16) p.act16 = act16_layout(b.ws + b.l.act16, s.expert_ff_dim, a.n_tokens * s.n_experts_used);
@@ -512,6 +532,12 @@ inline status moe_decode_down(const ffn_layer_args& a, const moe_weights& w, str
   const bool int_path = moe_down_int_path(w, a.shape);
   return quant::with_format(w.down_exps.type, [&](auto tag) -> status {
     using F = typename decltype(tag)::type;
+    if constexpr (F::id == quant::type_id::q6_k) {
+      // rows of 512 / 1024: 4 / 2 rows per item, a (job, bundle) per thread of 64-thread blocks
+      const int bundle = int_path ? moe_q6k_bundle_blocks(w, a.shape) : 0;
+      if (bundle == 2) return run_moe_down<F, true, kernels::moe_policy<64>, 2>(a, w, b, stream);
+      if (bundle == 4) return run_moe_down<F, true, kernels::moe_policy<64>, 4>(a, w, b, stream);
+    }
     if constexpr (ops::has_dot16<F>) {
       if (int_path) return run_moe_down<F, true>(a, w, b, stream);
     }

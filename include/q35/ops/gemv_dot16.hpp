@@ -164,13 +164,26 @@ struct dot16<quant::q5_k_format> {
 // Q6_K: an item is 8 blocks (1680 bytes = 105 loads, 2048 weights), so every block starts at a
 // compile-time byte phase (210 j mod 16 = 2 j) of the 14 words it spans; blocks go one at a time.
 // The offset 32 is removed in the integer sum: S = sum q x - 32 sum x.
+//
+// dot_rows<BlocksPerRow> reads the same 8 blocks as 8 / BlocksPerRow consecutive rows of
+// BlocksPerRow blocks each (rows of 512 or 1024 weights, e.g. the 35B-A3B expert down projection:
+// 4 rows of 420 bytes are one 16-byte aligned item): block j adds to acc[j / BlocksPerRow] with the
+// activation groups of its place in its row.
 template <>
 struct dot16<quant::q6_k_format> {
   static constexpr int item_blocks = 8, item_elems = 2048, item_bytes = 1680;
   template <int NTokens>
   static Q35_DEVICE void dot(const uint8_t* item, const act16_in& in, int64_t g0, int n_tok, float (&acc)[NTokens]) {
+    dot_rows<8, NTokens>(item, in, g0, n_tok, reinterpret_cast<float(&)[1][NTokens]>(acc));
+  }
+
+  template <int BlocksPerRow, int NTokens>
+  static Q35_DEVICE void dot_rows(const uint8_t* item, const act16_in& in, int64_t g0, int n_tok,
+                                  float (&acc)[8 / BlocksPerRow][NTokens]) {
+    static_assert(BlocksPerRow == 2 || BlocksPerRow == 4 || BlocksPerRow == 8, "whole rows in 8 blocks");
     Q35_UNROLL
     for (int j = 0; j < 8; ++j) {
+      const int row = j / BlocksPerRow, jr = j % BlocksPerRow;  // the block's row and place in it
       uint32_t u[56];  // bytes [208 j, 208 j + 224) of the item; block j starts at byte 2 j of them
       detail::load_words<14>(item + 16 * 13 * j, u);
       const int ph = 2 * j;
@@ -199,11 +212,11 @@ struct dot16<quant::q6_k_format> {
             if (t >= n_tok) break;
             uint32_t x[16];
             quant::act16_group g;
-            detail::load_group(in, t, g0, 8 * j + 4 * h + k, x, g);
+            detail::load_group(in, t, g0, 8 * jr + 4 * h + k, x, g);
             const int32_t s0 = quant::dot_u8<4>(q, x, g.neg32_sum_lo);
             const int32_t s1 = quant::dot_u8<4>(q + 4, x + 8, g.neg32_sum_hi);
             // acc += scale * (d sc_a * sum (q - 32) x + d sc_b * ...)
-            acc[t] += g.scale * (ds[sg] * arch::int_to_float_rn(s0) + ds[sg + 1] * arch::int_to_float_rn(s1));
+            acc[row][t] += g.scale * (ds[sg] * arch::int_to_float_rn(s0) + ds[sg + 1] * arch::int_to_float_rn(s1));
           }
         }
       }

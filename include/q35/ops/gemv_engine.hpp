@@ -82,6 +82,16 @@ struct gemv_engine {
     }
   }
 
+  // Rows of BlocksPerRow blocks bundled 8 / BlocksPerRow to an integer-path item (dot16::dot_rows;
+  // Q6_K rows of 512 or 1024 weights, which its 8-block item does not tile): acc[r][t] += W[row r] .
+  // x_t over the whole rows, one worker per item (item: the first row's first byte, 16-byte aligned).
+  template <int BlocksPerRow>
+  static Q35_DEVICE void accumulate_rows(const uint8_t* item, const gemv_input& in, int n_tok,
+                                         float (&acc)[8 / BlocksPerRow][NTokens]) {
+    static_assert(Act16 && NMats == 1, "row bundles: the integer path, one matrix");
+    dot16<Format>::template dot_rows<BlocksPerRow, NTokens>(item, in.x16, 0, n_tok, acc);
+  }
+
   // Every lane of each aligned group of `lanes` (a power of two <= 32) lanes receives the group's
   // total, summed by an xor tree (the same order on every run).
   static Q35_DEVICE void reduce_lanes(int lanes, acc_t& acc) {
