@@ -209,7 +209,20 @@ struct moe_down_kernel {
   }
 
  private:
-  // The job's expert matrix (or the shared expert's), and whether its id is valid.
+  // The input row of a job: act row in_row (a routed expert's pair) or sh_act row in_row (the shared expert).
+  static Q35_DEVICE ops::gemv_input input_row(const params& p, bool routed, int64_t in_row, int cols) {
+    ops::gemv_input in{};
+    in.cols = cols;
+    if constexpr (Act16) {
+      const quant::act16_view& v = routed ? p.act16 : p.sh_act16;
+      in.x16 = {v.q + in_row * cols, v.groups + in_row * (cols / quant::act16_group_elems), cols};
+    } else {
+      in.x = (routed ? p.act : p.maybe_sh_act) + in_row * cols;
+    }
+    return in;
+  }
+  // Job j of token t: expert j's down matrix (pair t k + j's act), or (j == k) the shared expert's
+  // (token t's sh_act); valid: the expert id is in range.
   static Q35_DEVICE const uint8_t* job_matrix(const params& p, int64_t t, int j, bool& valid) {
     valid = true;
     if (j >= p.k) return p.maybe_sh_down;
@@ -217,23 +230,9 @@ struct moe_down_kernel {
     valid = e >= 0 && e < p.n_experts;
     return p.down + (valid ? int64_t(e) : 0) * p.expert_stride_bytes;
   }
-  // The job's input row: act of pair t k + j, or sh_act of token t.
-  static Q35_DEVICE ops::gemv_input job_input(const params& p, int64_t t, int j) {
-    const int64_t in_row = j < p.k ? t * p.k + j : t;
-    const int cols = j < p.k ? p.expert_ff : p.shared_ff;
-    ops::gemv_input in{};
-    in.cols = cols;
-    if constexpr (Act16) {
-      const quant::act16_view& v = j < p.k ? p.act16 : p.sh_act16;
-      in.x16 = {v.q + in_row * cols, v.groups + in_row * (cols / quant::act16_group_elems), cols};
-    } else {
-      in.x = (j < p.k ? p.act : p.maybe_sh_act) + in_row * cols;
-    }
-    return in;
-  }
 
-  // s.dot[j][row - r0] for the block's R rows: warp w takes jobs w, w + n_warps, ... (written out
-  // rather than through job_matrix / job_input: with those ptxas formed the activation addresses
+  // s.dot[j][row - r0] for the block's R rows: warp w takes jobs w, w + n_warps, ... (the job
+  // written out as an if/else: through job_matrix and selects, ptxas formed the activation addresses
   // with 3x the IMAD/LEA and the Q4_K loop rose from 1.46 to 1.68 instructions per weight)
   static Q35_DEVICE void engine_dots(const params& p, shared_storage& s, int64_t t, int row, int local, int n_jobs) {
     const int lane = arch::lane_id(), warp = arch::warp_id();
@@ -253,14 +252,7 @@ struct moe_down_kernel {
         base = p.maybe_sh_down;
         in_row = t, cols = p.shared_ff;
       }
-      ops::gemv_input in{};
-      in.cols = cols;
-      if constexpr (Act16) {
-        const quant::act16_view& v = j < p.k ? p.act16 : p.sh_act16;
-        in.x16 = {v.q + in_row * cols, v.groups + in_row * (cols / quant::act16_group_elems), cols};
-      } else {
-        in.x = (j < p.k ? p.act : p.maybe_sh_act) + in_row * cols;
-      }
+      const ops::gemv_input in = input_row(p, j < p.k, in_row, cols);
       float acc[1][1] = {};
       const int n_tok = p.k > 0 ? 1 : 0;  // 1, as a run-time value (see moe_gate_up_kernel)
       if (valid && row < p.n_embd)
@@ -278,7 +270,8 @@ struct moe_down_kernel {
         const int j = u / bundles_per_block, b = u % bundles_per_block;
         bool valid;
         const uint8_t* base = job_matrix(p, t, j, valid);
-        const ops::gemv_input in = job_input(p, t, j);
+        const ops::gemv_input in =
+            input_row(p, j < p.k, j < p.k ? t * p.k + j : t, j < p.k ? p.expert_ff : p.shared_ff);
         const int first = r0 + b * bundle_rows;  // a multiple of bundle_rows: a 16-byte aligned item
         float acc[bundle_rows][1] = {};
         const int n_tok = p.k > 0 ? 1 : 0;
