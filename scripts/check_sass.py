@@ -131,6 +131,7 @@ def main():
     ap.add_argument("--all", action="store_true", help="also list float-path instances")
     ap.add_argument("--threads", type=int, default=128, help="threads per GEMV block (ops::gemv_policy)")
     ap.add_argument("--moe-threads", type=int, default=256, help="threads per MoE decode block (moe_policy_decode)")
+    ap.add_argument("--known", help="open, documented spills (scripts/ptxas_known_spills.txt): reported, not failed")
     a = ap.parse_args()
     tool = find_tool("cuobjdump", a.cuobjdump)
     sass = subprocess.run([tool, "-sass", "-arch", a.arch, a.binary], capture_output=True, text=True, check=True).stdout
@@ -139,6 +140,14 @@ def main():
     res = {m.group(1): tuple(int(m.group(k)) for k in range(2, 6)) for m in RES.finditer(res_text)}
     funcs = parse_sass(sass)
     names = demangle(list(funcs))
+    known = []
+    if a.known:
+        with open(a.known, encoding="utf-8") as fh:
+            for line in fh:
+                line = line.split("#", 1)[0].strip()
+                if line:
+                    arch, sub = line.split(None, 1)
+                    known.append((arch, sub.strip()))
     rows, failures = [], []
     for mangled, instrs in funcs.items():
         m = GEMV.search(names[mangled])
@@ -168,7 +177,11 @@ def main():
         rows.append((label, len(body), per_weight, budget, in_flight, reg, stack + local, local_ops,
                      occupancy(reg, threads)))
         if stack or local or local_ops:
-            failures.append(f"{label}: {stack} B stack, {local} B local, {local_ops} local-memory instructions")
+            what = f"{label}: {stack} B stack, {local} B local, {local_ops} local-memory instructions"
+            if any(k[0] == a.arch and k[1] in names[mangled] for k in known):
+                print("known open spill (" + a.known + "): " + what)
+            else:
+                failures.append(what)
         if act16 and ntok == 1 and fmt in ENFORCED:
             if not per_weight <= budget:
                 failures.append(f"{label}: {per_weight:.2f} instructions per weight > budget {budget:.2f}")
