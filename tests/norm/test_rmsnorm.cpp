@@ -75,10 +75,12 @@ TEST_CASE("rmsnorm: a zero row gives zeros (eps keeps the scale finite); NaN sta
 
 // The 16-bit copy for the GEMV's integer path: the same bytes launch::quantize_act16 writes for y
 // (values and group records, NaN groups included), for row strides past n and rows with more
-// groups than the block has threads.
-void check_act16(int64_t rows, int n, int64_t stride, bool weight, bool nan_row, uint64_t seed) {
+// groups than the block has threads; in place (y == x) too, where a group's elements, scaled by 32
+// other threads, must not be read back as x.
+void check_act16(int64_t rows, int n, int64_t stride, bool weight, bool nan_row, uint64_t seed, bool in_place = false) {
   CAPTURE(rows);
   CAPTURE(n);
+  CAPTURE(in_place);
   auto x = test::random_floats(size_t(rows * stride), seed, -2.0f, 2.0f);
   if (nan_row) x[size_t(stride + 5)] = NAN;  // row 1's first group is NaN, its other groups are not
   const auto w = test::random_floats(size_t(n), seed + 1, 0.5f, 1.5f);
@@ -86,12 +88,12 @@ void check_act16(int64_t rows, int n, int64_t stride, bool weight, bool nan_row,
   auto dw = test::to_device(w);
   const size_t bytes = quant::act16_bytes(n, rows);
   test::for_each_order([&] {
-    auto dy = test::poisoned<float>(size_t(rows * stride));
+    auto dy = in_place ? test::to_device(x) : test::poisoned<float>(size_t(rows * stride));
     device_buffer<uint8_t> fused, separate;
     Q35_REQUIRE_OK(fused.allocate(bytes));
     Q35_REQUIRE_OK(separate.allocate(bytes));
     launch::rmsnorm_args a;
-    a.x = dx.data(), a.maybe_w = weight ? dw.data() : nullptr, a.y = dy.data();
+    a.x = in_place ? dy.data() : dx.data(), a.maybe_w = weight ? dw.data() : nullptr, a.y = dy.data();
     a.rows = rows, a.n = n, a.x_stride = stride, a.y_stride = stride;
     a.maybe_act16 = fused.data(), a.act16_bytes = fused.bytes();
     Q35_REQUIRE_OK(launch::rmsnorm(a));
@@ -115,6 +117,8 @@ TEST_CASE("rmsnorm: the 16-bit copy equals launch::quantize_act16 of y, bit for 
   check_act16(8, 4096, 4100, true, false, 12);     // the decode width, a stride past the row
   check_act16(1, 16384, 16384, false, false, 13);  // 512 groups: two per thread
   check_act16(2, 5120, 5120, true, true, 14);
+  check_act16(2, 4096, 4096, true, true, 15, true);  // in place: y == x
+  check_act16(1, 1024, 1040, false, false, 16, true);
 }
 
 TEST_CASE("rmsnorm: bad arguments are named") {

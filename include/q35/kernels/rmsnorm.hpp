@@ -7,8 +7,8 @@
 //
 // Thread-to-data mapping: one block per row; thread t handles elements t, t + threads, ..., the sum
 // of squares goes through one deterministic block reduction, then every thread scales its own
-// elements; for the 16-bit copy thread t recomputes and quantizes the 32-element groups t,
-// t + threads, ... of the row (the same fp32 expression as y, so the same values).
+// elements; for the 16-bit copy, after a barrier, thread t reads back and quantizes the 32-element
+// groups t, t + threads, ... of y (correct in place, y == x, too).
 #pragma once
 
 #include <cmath>
@@ -55,15 +55,16 @@ struct rmsnorm_kernel {
     // scale = 1 / sqrt(ss / n + eps)
     const float scale = 1.0f / sqrtf(ss / float(p.n) + p.eps);
     for (int i = t; i < p.n; i += Threads) y[i] = p.w ? x[i] * scale * p.w[i] : x[i] * scale;
-    if (!p.maybe_q) return;
+    if (!p.maybe_q) return;  // uniform over the block: the barrier below is reached by all or none
+    // A group's 32 elements were written by 32 different threads: read them back from y once every
+    // thread's stores are in (re-computing them from x would read an in-place x = y that other threads
+    // have already scaled).
+    arch::sync_block();
     constexpr int ge = quant::act16_group_elems;
     for (int g = t; g < p.n / ge; g += Threads) {
       float v[ge];
       Q35_UNROLL
-      for (int i = 0; i < ge; ++i) {
-        const int c = g * ge + i;
-        v[i] = p.w ? x[c] * scale * p.w[c] : x[c] * scale;  // = y[c]
-      }
+      for (int i = 0; i < ge; ++i) v[i] = y[g * ge + i];
       uint32_t q[ge / 2];
       quant::act16_group rec;
       quant::quantize_group(v, q, rec);
