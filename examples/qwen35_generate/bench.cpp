@@ -69,7 +69,7 @@ class timeline {
   size_t record(stream_t s) {
     reserve(used_ + 1);
 #if Q35_BACKEND_CUDA
-    cudaEventRecord(events_[used_], s);
+    check(detail::cuda_status(cudaEventRecord(events_[used_], s), "cudaEventRecord"), "--bench");
 #else
     (void)s;
     times_[used_] = clock_type::now();
@@ -79,9 +79,10 @@ class timeline {
   // Milliseconds from timestamp i to j (waits for j).
   double ms(size_t i, size_t j) const {
 #if Q35_BACKEND_CUDA
-    cudaEventSynchronize(events_[j]);
+    check(detail::cuda_status(cudaEventSynchronize(events_[j]), "cudaEventSynchronize", status_code::kernel_fault),
+          "--bench");
     float t = 0;
-    cudaEventElapsedTime(&t, events_[i], events_[j]);
+    check(detail::cuda_status(cudaEventElapsedTime(&t, events_[i], events_[j]), "cudaEventElapsedTime"), "--bench");
     return double(t);
 #else
     return std::chrono::duration<double, std::milli>(times_[j] - times_[i]).count();
@@ -115,7 +116,7 @@ double measure_copy_gbps() {
   for (int i = 0; i < 23; ++i) {
     t.clear();
     const size_t e0 = t.record(nullptr);
-    cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, nullptr);
+    check(copy(b.data(), a.data(), bytes, copy_kind::device_to_device), "--bench: copy bandwidth");
     const size_t e1 = t.record(nullptr);
     if (i >= 3) ms.push_back(t.ms(e0, e1));
   }
@@ -130,12 +131,12 @@ device_facts query_device() {
   if (!device_available()) throw std::runtime_error("--bench: no CUDA device visible");
   cudaDeviceProp p{};
   int dev = 0;
-  cudaGetDevice(&dev);
-  cudaGetDeviceProperties(&p, dev);
+  check(detail::cuda_status(cudaGetDevice(&dev), "cudaGetDevice"), "--bench");
+  check(detail::cuda_status(cudaGetDeviceProperties(&p, dev), "cudaGetDeviceProperties"), "--bench");
   d.name = p.name;
   d.copy_gbps = measure_copy_gbps();
   size_t f = 0, t = 0;
-  cudaMemGetInfo(&f, &t);
+  check(detail::cuda_status(cudaMemGetInfo(&f, &t), "cudaMemGetInfo"), "--bench");
   d.free_bytes = f, d.total_bytes = t;
 #endif
   return d;
@@ -144,7 +145,7 @@ device_facts query_device() {
 uint64_t free_device_bytes() {
 #if Q35_BACKEND_CUDA
   size_t f = 0, t = 0;
-  cudaMemGetInfo(&f, &t);
+  check(detail::cuda_status(cudaMemGetInfo(&f, &t), "cudaMemGetInfo"), "--bench");
   return f;
 #else
   return UINT64_MAX;

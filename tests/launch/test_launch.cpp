@@ -1,4 +1,6 @@
-// launch/launch.hpp: shapes, dynamic shared memory beyond 48 KB, empty grids, and launch errors.
+// launch/launch.hpp: shapes, dynamic shared memory beyond 48 KB, empty grids, and launch errors; an
+// error is reported by the call that caused it, never by the next, innocent one.
+#include "q35/arch/graph.hpp"
 #include "q35/arch/thread.hpp"
 #include "q35/launch/launch.hpp"
 #include "test_util.hpp"
@@ -88,6 +90,67 @@ struct too_many_threads {
 };
 
 // The kernel contract concept rejects incomplete functors (checked when this file compiles).
+// y[i] = v for i < n: the innocent launch after a failure.
+struct fill_kernel {
+  struct params {
+    float* y;  // [n]
+    int n;
+    float v;
+  };
+  struct shared_storage {};
+  static constexpr int threads = 64;
+  static dim3 grid(const params& p) { return dim3(unsigned((p.n + threads - 1) / threads)); }
+  Q35_DEVICE void operator()(const params& p, shared_storage&) const {
+    const int i = int(arch::block_idx().x) * threads + arch::thread_rank();
+    if (i < p.n) p.y[i] = p.v;
+  }
+};
+
+// A launch after `failed` (a status that must not be ok) succeeds and writes its values.
+void check_next_launch_is_clean(const status& failed, stream_t stream = nullptr) {
+  INFO(failed.message());
+  CHECK_FALSE(failed.ok());
+  auto y = test::poisoned<float>(100);
+  const status s = launch::launch<fill_kernel>({y.data(), 100, 2.5f}, stream);
+  INFO(s.message());
+  REQUIRE(s.ok());
+  Q35_REQUIRE_OK(synchronize(stream));
+  for (float v : test::to_host(y)) CHECK(v == 2.5f);
+}
+
+// On CUDA a failed runtime call also leaves its error as the thread's "last error"; a launch that
+// checked cudaGetLastError() reported it as its own ("out of memory" for a fill kernel). These fail
+// on a GPU without the fix (the sim has no such state: there they check the statuses only).
+TEST_CASE("launch: a failed allocation is not reported by the next launch" * test::needs_device()) {
+  void* p = nullptr;
+  const status s = device_alloc(&p, size_t(1) << 50);  // 1 PiB
+  CHECK(s.code() == status_code::out_of_memory);
+  CHECK(p == nullptr);
+  check_next_launch_is_clean(s);
+}
+
+TEST_CASE("launch: a launch over the shared-memory limit is not reported by the next launch" * test::needs_device()) {
+  auto out = test::poisoned<float>(1);
+  const status s = launch::launch<big_shared_kernel>({out.data(), 300 * 1024 / 4, 1});
+  CHECK(s.message().find("big_shared_kernel") != std::string::npos);
+  check_next_launch_is_clean(s);
+}
+
+TEST_CASE("launch: after a failed graph capture the same stream runs eagerly" * test::needs_device()) {
+  owned_stream stream;
+  Q35_REQUIRE_OK(stream.create());
+  auto y = test::poisoned<float>(100);
+  launch_graph g;
+  // Synchronizing a stream that is being captured is illegal on CUDA (it invalidates the capture);
+  // the sim has no graphs at all. Either way capture fails, and the decoder then runs eagerly.
+  const status s = g.capture(stream.get(), [&] {
+    Q35_TRY(launch::launch<fill_kernel>({y.data(), 100, 1.0f}, stream.get()));
+    return synchronize(stream.get());
+  });
+  CHECK_FALSE(g.ready());
+  check_next_launch_is_clean(s, stream.get());
+}
+
 static_assert(!launch::kernel_functor<no_grid>);
 static_assert(!launch::kernel_functor<too_many_threads>);
 static_assert(launch::kernel_functor<big_shared_kernel>);

@@ -58,6 +58,9 @@ class launch_graph {
     cudaGraph_t g = nullptr;
     const cudaError_t end = cudaStreamEndCapture(stream, &g);
     if (!recorded.ok()) {
+      // the capture's own error (invalidated by what failed) is not this call's to report: clear it,
+      // so that the caller's eager fallback does not find it as its first launch's "last error"
+      if (end != cudaSuccess) (void)cudaGetLastError();
       if (g) cudaGraphDestroy(g);
       return recorded;
     }

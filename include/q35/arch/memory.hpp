@@ -23,8 +23,13 @@ namespace q35 {
 #if Q35_BACKEND_CUDA
 using stream_t = cudaStream_t;
 namespace detail {
+// The status of a runtime call `what` that returned e. A failed call also leaves e as the thread's
+// "last error" (cudaGetLastError), where a later, innocent check would find it again and blame
+// itself: the error is taken from there here, where it becomes a status naming the call that failed.
+// (A sticky error, an earlier kernel's fault, stays: every later call reports it, as it should.)
 inline status cuda_status(cudaError_t e, const char* what, status_code code = status_code::launch_failed) {
   if (e == cudaSuccess) return status::success();
+  (void)cudaGetLastError();
   if (e == cudaErrorMemoryAllocation) code = status_code::out_of_memory;
   return error(code, std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
 }
@@ -106,7 +111,9 @@ inline status synchronize(stream_t stream = nullptr) {
 inline bool device_available() {
 #if Q35_BACKEND_CUDA
   int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+  if (cudaGetDeviceCount(&n) == cudaSuccess) return n > 0;
+  (void)cudaGetLastError();  // "no device" is this function's answer, not a pending error
+  return false;
 #else
   return true;
 #endif

@@ -84,8 +84,10 @@ inline int sm_count() {
   static const int n = [] {
     int dev = 0, v = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      (void)cudaGetLastError();  // handled here (a guess): not for a later check to report
       return 132;
+    }
     return v;
   }();
   return n;
@@ -179,8 +181,11 @@ status launch(const typename K::params& p, stream_t stream = nullptr) {
       return q35::detail::cuda_status(
           rc, ("cudaFuncSetAttribute(MaxDynamicSharedMemorySize) for " + kernel_name<K>()).c_str());
   }
-  kernel_entry<K><<<grid, block, smem, stream>>>(p);
-  const cudaError_t rc = cudaGetLastError();
+  // cudaLaunchKernel returns this launch's own error; reading cudaGetLastError() after a <<<>>> launch
+  // would also return an error some earlier call left pending and blame this kernel for it.
+  void* args[] = {const_cast<typename K::params*>(&p)};
+  const cudaError_t rc =
+      cudaLaunchKernel(reinterpret_cast<const void*>(&kernel_entry<K>), grid, block, args, smem, stream);
   if (rc != cudaSuccess) return q35::detail::cuda_status(rc, ("launch of " + kernel_name<K>()).c_str());
   return status::success();
 #else
