@@ -3,7 +3,6 @@
 #include "decoder.hpp"
 
 #include <algorithm>
-#include <numeric>
 
 #include "q35/launch/matmul.hpp"
 #include "q35/launch/norm.hpp"
@@ -20,6 +19,17 @@ status unsupported(const std::string& key, uint64_t value, const std::string& su
 
 // Byte offset of a slice of `bytes` in a workspace, 256-byte aligned.
 size_t align_256(size_t b) { return (b + 255) / 256 * 256; }
+
+// The layout of decoder::batch_ (int32 entries) for a step of n tokens:
+//   [0, 8)                 header: seq_offsets {0, n}, slot 0, page_row_offsets {0, n_pages}, seq_len, 2 pad
+//   [8, 8 + n)             positions
+//   [8 + n, 8 + 2n)        ids
+//   [pages_at_, + n_pages) the sequence's page indices (pages_at_ = 8 + 2 n_batch, fixed)
+// The one-token graph always has n = 1, so the addresses it records do not change.
+namespace batch_layout {
+constexpr int64_t seq_offsets = 0, slot = 2, page_rows = 3, seq_len = 5, header = 8, positions = header;
+constexpr int64_t ids(int64_t n) { return positions + n; }
+}  // namespace batch_layout
 
 }  // namespace
 
@@ -63,6 +73,7 @@ status decoder::init(const device_model& m, const decoder_config& cfg) {
     return error(status_code::invalid_argument, "batch size " + std::to_string(cfg.n_batch) + " < 1");
   cfg_.n_batch = std::min(cfg.n_batch, cfg.n_ctx);
   const int64_t nb = cfg_.n_batch;
+  if (staging_in_flight_) Q35_TRY(sync());  // a re-init frees the staging record
   Q35_TRY(stream_.create());
   graph_.reset();
   graph_failed_ = false;
@@ -120,14 +131,11 @@ status decoder::init(const device_model& m, const decoder_config& cfg) {
   if (h.n_embd % quant::act16_group_elems == 0)
     Q35_TRY(a16_.allocate(quant::act16_bytes(h.n_embd, std::min<int64_t>(nb, launch::gemv_max_tokens))));
   Q35_TRY(logits_.allocate(size_t(logit_rows * h.n_vocab)));
-  Q35_TRY(ids_.allocate(size_t(nb)));
-  Q35_TRY(positions_.allocate(size_t(nb)));
-  Q35_TRY(seq_offsets_.allocate(2));
-  Q35_TRY(slots_.allocate(1));
-  Q35_TRY(page_rows_.allocate(2));
-  Q35_TRY(page_indices_.allocate(size_t(max_pages)));
-  Q35_TRY(seq_lens_.allocate(1));
-  Q35_TRY(error_flag_.allocate(1));
+  pages_at_ = batch_layout::ids(nb) + nb;
+  Q35_TRY(batch_.allocate(size_t(pages_at_ + max_pages)));
+  Q35_TRY(staging_.allocate(batch_.size()));
+  Q35_TRY(result_.allocate(2));
+  Q35_TRY(result_host_.allocate(2));
   Q35_TRY(rng_counter_.allocate(1));
   Q35_TRY(fill_bytes(rng_counter_.data(), 0, 8, stream()));
   Q35_TRY(sample_ws_.allocate(align_256(launch::sample_workspace_bytes(1, int(h.n_vocab)))));
@@ -156,9 +164,16 @@ status decoder::clear() {
   logits_rows_ = 0;
   if (seq_ >= 0) pages_.free(seq_);
   seq_ = kv_.bytes() > 0 ? pages_.add_sequence() : -1;
+  pages_on_device_ = 0;  // the new sequence's pages are assigned afresh
   if (recurrent_bytes_ > 0) Q35_TRY(rs_.reset(0, stream()));
-  Q35_TRY(fill_bytes(error_flag_.data(), 0, sizeof(int), stream()));
-  return synchronize(stream());
+  Q35_TRY(fill_bytes(result_.data() + 1, 0, sizeof(int32_t), stream()));  // the error flag
+  return sync();
+}
+
+status decoder::sync() const {
+  Q35_TRY(synchronize(stream()));
+  staging_in_flight_ = false;
+  return status::success();
 }
 
 status decoder::eval(std::span<const int32_t> tokens, std::vector<float>* host_logits) {
@@ -181,22 +196,39 @@ status decoder::eval(std::span<const int32_t> tokens, std::vector<float>* host_l
 status decoder::upload_batch(std::span<const int32_t> tokens) {
   const int64_t n = int64_t(tokens.size());
   const int64_t p0 = n_past_;
-  stream_t s = stream();
-  Q35_TRY(ids_.upload(tokens.data(), size_t(n), s));
-  std::vector<int32_t> pos(static_cast<size_t>(n));
-  std::iota(pos.begin(), pos.end(), int32_t(p0));
-  Q35_TRY(positions_.upload(pos.data(), pos.size(), s));
-  const int32_t offsets[2] = {0, int32_t(n)}, slot = 0;
-  Q35_TRY(seq_offsets_.upload(offsets, 2, s));
-  Q35_TRY(slots_.upload(&slot, 1, s));
+  // A copy from pinned memory reads the record when the stream reaches it, not when it is issued (a
+  // pageable one was staged by the runtime at the call): the record is rewritten only after a sync().
+  // Decode steps find it free (sample() synchronizes); only consecutive prefill chunks, or one-token
+  // evals without a sample() in between, wait here for the previous chunk. (Two records alternating
+  // behind events would let chunk k+1 be enqueued while chunk k runs; a prefill chunk's launches are
+  // cheap next to its kernels, so one record it is.)
+  if (staging_in_flight_) Q35_TRY(sync());
+  int64_t n_pages = 0;
   if (seq_ >= 0) {
     Q35_TRY(pages_.reserve(seq_, p0 + n));
-    Q35_TRY(table_.build(pages_, std::vector<int>{seq_}));
-    Q35_TRY(page_rows_.upload(table_.row_offsets.data(), table_.row_offsets.size(), s));
-    Q35_TRY(page_indices_.upload(table_.page_indices.data(), table_.page_indices.size(), s));
-    Q35_TRY(seq_lens_.upload(table_.seq_lens.data(), table_.seq_lens.size(), s));
+    n_pages = int64_t(pages_.pages(seq_).size());
   }
-  // (cudaMemcpyAsync from pageable memory returns once the bytes are staged: the vectors may die now)
+  int32_t* r = staging_.data();
+  r[batch_layout::seq_offsets] = 0, r[batch_layout::seq_offsets + 1] = int32_t(n);
+  r[batch_layout::slot] = 0;
+  r[batch_layout::page_rows] = 0, r[batch_layout::page_rows + 1] = int32_t(n_pages);
+  r[batch_layout::seq_len] = int32_t(p0 + n);
+  r[batch_layout::seq_len + 1] = r[batch_layout::seq_len + 2] = 0;
+  int32_t* pos = r + batch_layout::positions;
+  int32_t* ids = r + batch_layout::ids(n);
+  for (int64_t i = 0; i < n; ++i) pos[i] = int32_t(p0 + i), ids[i] = tokens[size_t(i)];
+  stream_t s = stream();
+  staging_in_flight_ = true;
+  Q35_TRY(copy(batch_.data(), r, size_t(batch_layout::ids(n) + n) * sizeof(int32_t), copy_kind::host_to_device, s));
+  // page indices only change by appending (clear() and load() start over): copy the ones added
+  if (n_pages > pages_on_device_) {
+    const std::vector<int32_t>& pages = pages_.pages(seq_);
+    const int64_t first = pages_at_ + pages_on_device_;
+    std::copy(pages.begin() + pages_on_device_, pages.end(), r + first);
+    Q35_TRY(copy(batch_.data() + first, r + first, size_t(n_pages - pages_on_device_) * sizeof(int32_t),
+                 copy_kind::host_to_device, s));
+    pages_on_device_ = n_pages;
+  }
   return status::success();
 }
 
@@ -207,21 +239,23 @@ status decoder::forward(int64_t n, int64_t rows, int64_t max_seq_len) {
   auto mark = [&](call c) {
     if (hook_) hook_(c);
   };
+  const int32_t* b = batch_.data();
+  int32_t* error_flag = result_.data() + 1;
   launch::attn_batch ab{};
-  ab.seq_offsets = seq_offsets_.data();
-  ab.positions = positions_.data();
-  ab.page_row_offsets = page_rows_.data();
-  ab.page_indices = page_indices_.data();
-  ab.seq_lens = seq_lens_.data();
+  ab.seq_offsets = b + batch_layout::seq_offsets;
+  ab.positions = b + batch_layout::positions;
+  ab.page_row_offsets = b + batch_layout::page_rows;
+  ab.page_indices = b + pages_at_;
+  ab.seq_lens = b + batch_layout::seq_len;
   ab.n_seqs = 1;
   ab.n_tokens = n;
   ab.max_seq_tokens = int(n);
   ab.max_seq_len = max_seq_len;
-  const launch::gdn_batch gb{seq_offsets_.data(), slots_.data(), 1, n, int(n)};
+  const launch::gdn_batch gb{b + batch_layout::seq_offsets, b + batch_layout::slot, 1, n, int(n)};
 
   launch::embedding_args em;
-  em.table = m_->token_embd(), em.ids = ids_.data(), em.out = h_.data(), em.n_tokens = n;
-  em.maybe_error_flag = error_flag_.data();
+  em.table = m_->token_embd(), em.ids = b + batch_layout::ids(n), em.out = h_.data(), em.n_tokens = n;
+  em.maybe_error_flag = error_flag;
   Q35_TRY(launch::embedding(em, s));
   mark(call::embedding);
 
@@ -269,7 +303,7 @@ status decoder::forward(int64_t n, int64_t rows, int64_t max_seq_len) {
     f.shape = ffn_shape();
     f.x = a_.data(), f.h = h_.data(), f.n_tokens = n, f.maybe_x16 = a16;
     f.workspace = workspace_.data(), f.workspace_bytes = workspace_.bytes();
-    f.error_flag = error_flag_.data();
+    f.error_flag = error_flag;
     if (l.ffn_kind == models::ffn_type::dense) {
       Q35_TRY(launch::dense_ffn(f, l.ffn, s));
       mark(call::dense_ffn);
@@ -320,7 +354,7 @@ status decoder::eval_chunk(std::span<const int32_t> tokens, std::vector<float>* 
     host_logits->resize(off + size_t(rows * nv));
     Q35_TRY(
         copy(host_logits->data() + off, logits_.data(), size_t(rows * nv) * 4, copy_kind::device_to_host, stream()));
-    Q35_TRY(synchronize(stream()));
+    Q35_TRY(sync());
   }
   return status::success();
 }
@@ -331,7 +365,7 @@ status decoder::last_logits(std::vector<float>& out) const {
   out.resize(size_t(nv));
   Q35_TRY(
       copy(out.data(), logits_.data() + (logits_rows_ - 1) * nv, size_t(nv) * 4, copy_kind::device_to_host, stream()));
-  return synchronize(stream());
+  return sync();
 }
 
 status decoder::sample(const launch::sampling_params& p, std::span<const int32_t> recent, int32_t& id) {
@@ -352,15 +386,14 @@ status decoder::sample(const launch::sampling_params& p, std::span<const int32_t
   a.maybe_recent = window > 0 && p.repeat_penalty != 1.0f ? recent_.data() : nullptr;
   if (!a.maybe_recent) a.params.repeat_last_n = 0;
   a.rng_counter = rng_counter_.data();
-  a.out_ids = ids_.data();
+  a.out_ids = result_.data();
   a.workspace = sample_ws_.data(), a.workspace_bytes = sample_ws_.bytes();
   Q35_TRY(launch::sample(a, s));
-  // the one host synchronization of a decode step: the id (and the kernels' error flag) come back
-  int flag = 0;
-  Q35_TRY(ids_.download(&id, 1, s));
-  Q35_TRY(error_flag_.download(&flag, 1, s));
-  Q35_TRY(synchronize(s));
-  if (flag) return error(status_code::kernel_fault, "a kernel reported an out-of-range token or expert id");
+  // the one host synchronization of a decode step: the id and the kernels' error flag come back in one copy
+  Q35_TRY(result_.download(result_host_.data(), 2, s));
+  Q35_TRY(sync());
+  id = result_host_[0];
+  if (result_host_[1]) return error(status_code::kernel_fault, "a kernel reported an out-of-range token or expert id");
   return status::success();
 }
 
@@ -404,7 +437,7 @@ status decoder::copy_sequence_kv(std::vector<uint8_t>& blob, bool to_host, int64
       }
     }
   }
-  return synchronize(stream());
+  return sync();
 }
 
 status decoder::save(decoder_state& out) const {
@@ -437,7 +470,7 @@ status decoder::load(const decoder_state& in) {
   }
   history_ = in.tokens;
   n_past_ = n;
-  return synchronize(stream());
+  return sync();
 }
 
 }  // namespace q35::gen

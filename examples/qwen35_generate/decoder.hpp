@@ -81,8 +81,11 @@ class decoder {
 
  private:
   status eval_chunk(std::span<const int32_t> tokens, std::vector<float>* host_logits);
-  // The batch description of n new tokens at positions n_past_ ... to the device.
+  // The batch description of n new tokens at positions n_past_ ... to the device: one copy, two when the
+  // sequence gained pages.
   status upload_batch(std::span<const int32_t> tokens);
+  // synchronize(stream()), after which no copy from the staging record is pending.
+  status sync() const;
   // Every launch of one forward pass over n tokens (rows logits rows): what a graph records.
   status forward(int64_t n, int64_t rows, int64_t max_seq_len);
   status copy_sequence_kv(std::vector<uint8_t>& blob, bool to_host, int64_t n_tokens) const;
@@ -108,9 +111,16 @@ class decoder {
   device_buffer<uint8_t> workspace_;
   device_buffer<float> h_, a_, logits_;
   device_buffer<uint8_t> a16_;  // a_ quantized by the norm for the GEMV's integer path (steps of <= 8 tokens)
-  device_buffer<int32_t> ids_, positions_, seq_offsets_, slots_, page_rows_, page_indices_, seq_lens_, recent_;
-  kv::page_table_host table_;
-  device_buffer<int> error_flag_;
+  // The batch description of a step (decoder.cpp, batch_layout), and its pinned staging record of the same
+  // layout, from which one contiguous copy uploads a step's header, positions and ids.
+  device_buffer<int32_t> batch_;
+  pinned_buffer<int32_t> staging_;
+  int64_t pages_at_ = 0;                    // offset of the page indices in batch_ (after a full batch's ids)
+  int64_t pages_on_device_ = 0;             // page indices batch_ holds; only the ones added later are copied
+  mutable bool staging_in_flight_ = false;  // a copy from staging_ may be pending (until the next sync())
+  device_buffer<int32_t> recent_;
+  device_buffer<int32_t> result_;  // [2]: the sampled id, the kernels' error flag (one download for both)
+  pinned_buffer<int32_t> result_host_;
   device_buffer<uint64_t> rng_counter_;
   device_buffer<uint8_t> sample_ws_;
   std::function<void(call)> hook_;

@@ -2,7 +2,7 @@
 // (F32 models: ref_<m>; Q4_K_M models: ref_<m>_q4km_deq, llama.cpp on the gguf-py dequantization, which is
 // what q35's bit-exact dequantization plus fp32 activations computes) and greedy continuations; then
 // the decoder's own invariants: prefill = token-by-token decode, a prompt in chunks = the whole, and a
-// saved-and-restored state continues exactly as the original.
+// saved-and-restored state continues exactly as the original; the host API calls of a decode step.
 //
 // Tolerance, fp32 KV, the shared fixtures (the issue's bound): relative RMS error of every logits row
 // <= 1e-3. llama.cpp and the float64 reference agree to 1e-6; what is left is our rounding amplified by
@@ -26,6 +26,7 @@
 #include "device_model.hpp"
 #include "io/ref_cases.hpp"
 #include "model_loader.hpp"
+#include "q35/sim/api_counters.hpp"
 
 namespace {
 
@@ -213,6 +214,100 @@ TEST_CASE("decoder: prefill equals token-by-token decode, and a prompt in chunks
     check_same_rows(whole, stepped, nv, 1e-3);
     check_same_rows(whole, chunked, nv, 1e-3);
   }
+}
+
+// A prompt fed in chunks by one eval() call: no synchronization between the chunks but the decoder's
+// own, so each chunk rewrites the pinned staging record while, on CUDA, the previous chunk's copy from it
+// may still be pending. The sim copies synchronously, so the hazard cannot show here: the test pins down
+// that the decoder waits once before each further chunk, and that the logits equal those of the same
+// chunks fed one call at a time with a synchronization in between (bit for bit: the same kernels on the
+// same chunks; on a GPU this comparison is what a record overwritten under a pending copy would fail)
+// and those of the whole prompt in one chunk (to the fixtures' bound, see above).
+TEST_CASE("decoder: a prompt in chunks without synchronization equals the synchronized chunks and the whole") {
+  for (const char* gguf : {"tiny_dense_q4km.gguf", "tiny_interleaved_q4km.gguf"}) {
+    CAPTURE(gguf);
+    const auto l = load(gguf);
+    const size_t nv = l->model.hparams().n_vocab;
+    const auto cases = test::read_ref_cases(data_dir + "/ref_tiny_dense.json");
+    const std::vector<int32_t>& prompt = cases[1].tokens;  // 31 tokens: chunks of 9 + 9 + 9 + 4
+    const int64_t chunk = 9, n_chunks = (int64_t(prompt.size()) + chunk - 1) / chunk;
+    std::vector<float> whole, unsynced, synced;
+    {
+      gen::decoder d;
+      make_decoder(d, l->model, kv::kv_type::f32, 512, false);
+      Q35_OK(d.eval(prompt));
+      Q35_OK(d.last_logits(whole));
+    }
+    {
+      gen::decoder d;
+      make_decoder(d, l->model, kv::kv_type::f32, chunk, false);
+      const sim::api_counts before = sim::api_snapshot();
+      Q35_OK(d.eval(prompt));
+      const sim::api_counts c = sim::api_snapshot() - before;
+      CHECK(c.synchronizations == n_chunks - 1);  // before rewriting the record for chunks 2, 3, 4
+      CHECK(c.d2h_copies == 0);
+      Q35_OK(d.last_logits(unsynced));
+    }
+    {
+      gen::decoder d;
+      make_decoder(d, l->model, kv::kv_type::f32, chunk, false);
+      std::vector<float> ignored;
+      for (size_t i = 0; i < prompt.size(); i += size_t(chunk)) {
+        Q35_OK(d.eval({prompt.data() + i, std::min(prompt.size() - i, size_t(chunk))}));
+        Q35_OK(d.last_logits(synced));  // synchronizes
+      }
+    }
+    REQUIRE(unsynced.size() == nv);
+    CHECK(unsynced == synced);
+    check_same_rows(whole, unsynced, nv, 1e-3);
+  }
+}
+
+// What one decode step asks of the host API, counted by the sim: eval() of one token is one
+// host-to-device copy (the staging record), two when the token starts a KV page (its page index too);
+// sample() is one device-to-host copy (id and error flag together) and one synchronization, plus one
+// host-to-device copy (the recent-id ring) when the repetition penalty is on. The greedy ids stay
+// llama.cpp's.
+TEST_CASE("decoder: a decode step is one upload (two on a new page), one download and one synchronization") {
+  const auto l = load("tiny_dense_q4km.gguf");
+  REQUIRE(l->model.hparams().count(models::layer_type::full_attention) > 0);
+  const auto cases = test::read_ref_cases(data_dir + "/ref_tiny_dense_q4km_deq.json");
+  const auto& c = cases[0];  // 10 prompt tokens, 16 greedy ids: positions 10 .. 25 cross the page at 16
+  gen::decoder d;
+  make_decoder(d, l->model, kv::kv_type::f32, 512, false);
+  Q35_OK(d.eval(c.tokens));
+  int new_pages = 0;
+  for (size_t i = 0; i < c.greedy.size(); ++i) {
+    CAPTURE(i);
+    int32_t id = -1;
+    const sim::api_counts s0 = sim::api_snapshot();
+    Q35_OK(d.sample(greedy(), d.tokens(), id));
+    const sim::api_counts sampled = sim::api_snapshot() - s0;
+    CHECK(id == c.greedy[i]);
+    CHECK(sampled.h2d_copies == 0);
+    CHECK(sampled.d2h_copies == 1);
+    CHECK(sampled.d2d_copies == 0);
+    CHECK(sampled.synchronizations == 1);
+    const bool new_page = d.n_past() % kv::default_page_tokens == 0;
+    new_pages += new_page;
+    const sim::api_counts e0 = sim::api_snapshot();
+    Q35_OK(d.eval({&id, 1}));
+    const sim::api_counts evaluated = sim::api_snapshot() - e0;
+    CHECK(evaluated.h2d_copies == (new_page ? 2 : 1));
+    CHECK(evaluated.d2h_copies == 0);
+    CHECK(evaluated.d2d_copies == 0);
+    CHECK(evaluated.synchronizations == 0);
+  }
+  CHECK(new_pages == 1);
+  launch::sampling_params penalized = greedy();
+  penalized.repeat_penalty = 1.1f, penalized.repeat_last_n = 64;
+  int32_t id = -1;
+  const sim::api_counts s0 = sim::api_snapshot();
+  Q35_OK(d.sample(penalized, d.tokens(), id));
+  const sim::api_counts sampled = sim::api_snapshot() - s0;
+  CHECK(sampled.h2d_copies == 1);
+  CHECK(sampled.d2h_copies == 1);
+  CHECK(sampled.synchronizations == 1);
 }
 
 TEST_CASE("decoder: a saved and restored state continues exactly like the original") {

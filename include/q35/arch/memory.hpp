@@ -1,4 +1,5 @@
-// Device memory and streams behind one interface: CUDA runtime calls on cuda, host memory on sim.
+// Device memory, pinned host memory and streams behind one interface: CUDA runtime calls on cuda, host
+// memory on sim (which counts the calls, sim/api_counters.hpp).
 // Host code (launchers, tests, the example) uses only these, so it does not change between backends.
 #pragma once
 
@@ -15,6 +16,7 @@
 #if Q35_BACKEND_CUDA
 #include <cuda_runtime.h>
 #else
+#include "q35/sim/api_counters.hpp"
 #include "q35/sim/visibility.hpp"
 #endif
 
@@ -78,8 +80,11 @@ inline status copy(void* dst, const void* src, size_t bytes, copy_kind kind, str
                                                                : cudaMemcpyDeviceToDevice;
   return detail::cuda_status(cudaMemcpyAsync(dst, src, bytes, k, stream), "cudaMemcpyAsync");
 #else
-  (void)kind;
   (void)stream;
+  auto& n = kind == copy_kind::host_to_device   ? sim::counters().h2d_copies
+            : kind == copy_kind::device_to_host ? sim::counters().d2h_copies
+                                                : sim::counters().d2d_copies;
+  ++n;
   std::memmove(dst, src, bytes);
   return status::success();
 #endif
@@ -92,6 +97,7 @@ inline status fill_bytes(void* dst, int byte, size_t bytes, stream_t stream = nu
   return detail::cuda_status(cudaMemsetAsync(dst, byte, bytes, stream), "cudaMemsetAsync");
 #else
   (void)stream;
+  ++sim::counters().fills;
   std::memset(dst, byte, bytes);
   return status::success();
 #endif
@@ -103,6 +109,7 @@ inline status synchronize(stream_t stream = nullptr) {
   return detail::cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize", status_code::kernel_fault);
 #else
   (void)stream;
+  ++sim::counters().synchronizations;
   return status::success();
 #endif
 }
@@ -162,6 +169,78 @@ class device_buffer {
 
   T* data() { return ptr_; }
   const T* data() const { return ptr_; }
+  size_t size() const { return size_; }
+  size_t bytes() const { return size_ * sizeof(T); }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Allocates `bytes` of page-locked host memory (256-byte aligned; *ptr is null for 0 bytes): a copy
+// from or to it is truly asynchronous on cuda, so the host must not touch the bytes while a copy is
+// pending. Plain host memory on sim.
+inline status host_pinned_alloc(void** ptr, size_t bytes) {
+  *ptr = nullptr;
+  if (bytes == 0) return status::success();
+#if Q35_BACKEND_CUDA
+  return detail::cuda_status(cudaMallocHost(ptr, bytes), "cudaMallocHost");
+#else
+  if (bytes > SIZE_MAX - 255)
+    return error(status_code::out_of_memory, "sim: cannot allocate " + std::to_string(bytes) + " pinned bytes");
+  *ptr = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  if (!*ptr)
+    return error(status_code::out_of_memory, "sim: cannot allocate " + std::to_string(bytes) + " pinned bytes");
+  return status::success();
+#endif
+}
+
+inline void host_pinned_free(void* ptr) {
+  if (!ptr) return;
+#if Q35_BACKEND_CUDA
+  cudaFreeHost(ptr);
+#else
+  std::free(ptr);
+#endif
+}
+
+// An owning, move-only array of T in pinned host memory (staging for asynchronous copies).
+template <class T>
+class pinned_buffer {
+ public:
+  pinned_buffer() = default;
+  ~pinned_buffer() { host_pinned_free(ptr_); }
+  pinned_buffer(pinned_buffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  pinned_buffer& operator=(pinned_buffer&& o) noexcept {
+    if (this != &o) {
+      host_pinned_free(ptr_);
+      ptr_ = std::exchange(o.ptr_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+    }
+    return *this;
+  }
+  pinned_buffer(const pinned_buffer&) = delete;
+  pinned_buffer& operator=(const pinned_buffer&) = delete;
+
+  // Replaces the contents with `n` uninitialised elements.
+  status allocate(size_t n) {
+    host_pinned_free(ptr_);
+    ptr_ = nullptr;
+    size_ = 0;
+    if (n > SIZE_MAX / sizeof(T))
+      return error(status_code::out_of_memory, "pinned_buffer::allocate: " + std::to_string(n) + " elements of " +
+                                                   std::to_string(sizeof(T)) + " bytes overflow size_t");
+    void* p = nullptr;
+    Q35_TRY(host_pinned_alloc(&p, n * sizeof(T)));
+    ptr_ = static_cast<T*>(p);
+    size_ = n;
+    return status::success();
+  }
+
+  T* data() { return ptr_; }
+  const T* data() const { return ptr_; }
+  T& operator[](size_t i) { return ptr_[i]; }
+  const T& operator[](size_t i) const { return ptr_[i]; }
   size_t size() const { return size_; }
   size_t bytes() const { return size_ * sizeof(T); }
 

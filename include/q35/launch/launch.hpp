@@ -204,6 +204,7 @@ status launch(const typename K::params& p, stream_t stream = nullptr) {
                                *reinterpret_cast<typename K::shared_storage*>(shared));
                          },
                          &p};
+  ++sim::counters().launches;  // sim/api_counters.hpp: host calls a test can count
   try {
     return sim::execute(cfg, sim::current_options());
   } catch (const std::exception& e) {  // the sim's options from the environment are invalid
