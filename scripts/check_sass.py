@@ -56,7 +56,14 @@ def find_tool(name, given):
                     return cand
     except ImportError:
         pass
-    sys.exit(f"check_sass: {name} not found (pip install nvidia-cuda-cuobjdump)")
+    sys.exit(f"check_sass: {name} not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm, as .ci/run does)")
+
+
+def run_tool(cmd, env):
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        sys.exit(f"check_sass: {' '.join(cmd)} exited {r.returncode}: {r.stderr.strip() or r.stdout.strip()[-500:]}")
+    return r.stdout
 
 
 def demangle(names):
@@ -134,9 +141,11 @@ def main():
     ap.add_argument("--known", help="open, documented spills (scripts/ptxas_known_spills.txt): reported, not failed")
     a = ap.parse_args()
     tool = find_tool("cuobjdump", a.cuobjdump)
-    sass = subprocess.run([tool, "-sass", "-arch", a.arch, a.binary], capture_output=True, text=True, check=True).stdout
-    res_text = subprocess.run([tool, "-res-usage", "-arch", a.arch, a.binary], capture_output=True, text=True,
-                              check=True).stdout
+    # cuobjdump -sass runs nvdisasm from PATH or its own folder; the wheels may put it in another folder
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(find_tool("nvdisasm", None)) + os.pathsep + env.get("PATH", "")
+    sass = run_tool([tool, "-sass", "-arch", a.arch, a.binary], env)
+    res_text = run_tool([tool, "-res-usage", "-arch", a.arch, a.binary], env)
     res = {m.group(1): tuple(int(m.group(k)) for k in range(2, 6)) for m in RES.finditer(res_text)}
     funcs = parse_sass(sass)
     names = demangle(list(funcs))
