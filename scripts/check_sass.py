@@ -13,12 +13,15 @@ How it counts (see docs/benchmarks.md):
   trip issues (the body is straight-line apart from the per-token `t < n_tok` exits).
 - weights per trip: integer path 2 * IDP.2A / NTokens (each is two multiply-adds of one token);
   float path FFMA / NTokens.
-- loads in flight: walking the loop body in order, the most LDG.128 whose destination registers
-  have not yet been read by a later instruction.
+- loads in flight: walking the loop body in order, the most 16-byte units of global loads (an LDG.128
+  is one, an LDG.64 half, an LDG.32 a quarter) whose destination registers have not yet been read by
+  a later instruction.
 - occupancy (sm_90: 64K registers, 2048 threads, 32 blocks per SM; registers allocated per warp in
   units of 256): resident warps / 64.
 Budget: <= 1.5 issued instructions per Q4_K weight (4.5 bits), others in proportion to their bits
-per weight: Q6_K 1.5 * 6.5625 / 4.5, Q8_0 1.5 * 8.5 / 4.5.
+per weight: Q6_K 1.5 * 6.5625 / 4.5, Q8_0 1.5 * 8.5 / 4.5. Q6_K items of 8- or 4-byte loads (rows of
+1024 n / 512 n weights, only that aligned) have that budget plus the weight loads their width adds
+(narrow_load_extra: +0.051 / +0.154 per weight); the rest of the item is the same code.
 """
 import argparse
 import os
@@ -34,10 +37,22 @@ INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\s*
 FUNC = re.compile(r"Function : (\S+)")
 RES = re.compile(r"Function (\S+):\s*\n\s*REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
 REG = re.compile(r"\bR(\d+)\b")
-GEMV = re.compile(r"gemv_kernel<q35::quant::(\w+)_format, [^>]*>, (\d+), \(q35::ops::epilogue\)(\d), (true|false), (true|false)>")
+# the last argument: the width of the integer path's loads (its item; Q6_K: 16, 8 or 4)
+GEMV = re.compile(
+    r"gemv_kernel<q35::quant::(\w+)_format, [^>]*>, (\d+), \(q35::ops::epilogue\)(\d), (true|false), (true|false), (\d+)>")
 # The MoE decode kernels stream their experts through the same engine (one token per pair).
 MOE = re.compile(r"(moe_gate_up_kernel|moe_down_kernel)<q35::quant::(\w+)_format, (true|false), ")
 EPILOGUES = ["store", "residual", "swiglu"]
+
+
+def narrow_load_extra(load):
+    """Issued weight loads per weight that a Q6_K item of `load`-byte loads adds to the 16-byte item.
+
+    A Q6_K item is always 105 loads (load / 2 blocks of 210 bytes): 105 per 2048 weights with 16-byte
+    loads, 105 per 1024 / 512 weights with 8- / 4-byte loads, the only loads rows of 1024 n / 512 n
+    weights (210 n bytes) are aligned for. Every other instruction of the item is the same per weight.
+    """
+    return 105 / (128 * load) - 105 / 2048
 
 
 def find_tool(name, given):
@@ -115,10 +130,11 @@ def loads_in_flight(body):
         reads = set()
         for a in ops[1:] if not op.startswith(("ST", "RED", "BRA")) else ops:
             reads |= regs_of(a)
-        pending = [p for p in pending if not (p & reads)]
-        if op.startswith("LDG") and ".128" in op and ops:
-            pending.append(regs_of(ops[0], 4))
-            most = max(most, len(pending))
+        pending = [p for p in pending if not (p[0] & reads)]
+        if op.startswith("LDG") and ops:  # 16-byte units: LDG.128 one, LDG.64 a half, LDG.32 a quarter
+            width = 4 if ".128" in op else 2 if ".64" in op else 1
+            pending.append((regs_of(ops[0], width), width / 4))
+            most = max(most, sum(w for _, w in pending))
     return most
 
 
@@ -165,7 +181,9 @@ def main():
             continue
         if m:
             fmt, ntok, epi, indexed, act16 = m.group(1), int(m.group(2)), int(m.group(3)), m.group(4) == "true", m.group(5) == "true"
-            kind, threads = f"{EPILOGUES[epi]}{' experts' if indexed else ''}", a.threads
+            load = int(m.group(6))
+            kind = f"{EPILOGUES[epi]}{' experts' if indexed else ''}{f' ldg{8 * load}' if load != 16 else ''}"
+            threads = a.threads
         else:
             fmt, ntok, act16 = mm.group(2), 1, mm.group(3) == "true"
             kind, threads = ("moe gate_up" if mm.group(1) == "moe_gate_up_kernel" else "moe down"), a.moe_threads
@@ -183,6 +201,8 @@ def main():
             per_weight, in_flight, body = float("nan"), 0, []
         label = f"{fmt} {'int16' if act16 else 'float'} {ntok} tok {kind}"
         budget = BUDGET_Q4K * BITS[fmt] / BITS["q4_k"] if act16 and fmt in BITS else None
+        if budget and m and load != 16:
+            budget += narrow_load_extra(load)
         rows.append((label, len(body), per_weight, budget, in_flight, reg, stack + local, local_ops,
                      occupancy(reg, threads)))
         if stack or local or local_ops:
@@ -196,12 +216,12 @@ def main():
                 failures.append(f"{label}: {per_weight:.2f} instructions per weight > budget {budget:.2f}")
     rows.sort()
     # instr/w: per weight streamed (all tokens of the pass); /w/tok: per weight and token
-    print(f"{'instance (' + a.arch + ')':44} {'loop':>5} {'instr/w':>7} {'/w/tok':>6} {'budget':>6} {'ldg128':>6} "
+    print(f"{'instance (' + a.arch + ')':44} {'loop':>5} {'instr/w':>7} {'/w/tok':>6} {'budget':>6} {'16B ld':>6} "
           f"{'regs':>4} {'local':>5} {'occ':>5}")
     for label, n, pw, budget, fl, reg, loc, lops, occ in rows:
         b = f"{budget:.2f}" if budget else "-"
         ntok = int(label.split()[2])
-        print(f"{label:44} {n:5d} {pw:7.2f} {pw / ntok:6.2f} {b:>6} {fl:6d} {reg:4d} {loc + lops:5d} {occ:5.2f}")
+        print(f"{label:44} {n:5d} {pw:7.2f} {pw / ntok:6.2f} {b:>6} {fl:6.1f} {reg:4d} {loc + lops:5d} {occ:5.2f}")
     if not rows:
         failures.append("no gemv_kernel instance found in " + a.binary)
     for f in failures:

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "matmul_case.hpp"
@@ -115,6 +116,70 @@ TEST_CASE_TEMPLATE("gemv integer path: every quantized format, 1-8 tokens, every
   check_gemv<F>(8, item, 4, gemv_epilogue::residual, 122, true);
   check_gemv<F>(19, item, 1, gemv_epilogue::swiglu, 131, true);
   check_gemv<F>(11, 2 * item, 7, gemv_epilogue::swiglu, 132, true);
+}
+
+// Q6_K rows its 2048-weight, 16-byte-load item does not tile (rows of 210 n bytes are then only 8- or
+// 4-byte aligned): one-token products take 4-block items of 8-byte loads (rows a multiple of 1024) or
+// 2-block items of 4-byte loads (512); the sim faults a load that is not aligned to its width. Every
+// epilogue, several items per lane, split-K; more tokens and expert mode there take the float path.
+TEST_CASE("gemv integer path: Q6_K rows of 512 n and 1024 n weights (8- and 4-byte-load items)" *
+          test::needs_device()) {
+  using F = quant::q6_k_format;
+  auto load_bytes = [](int64_t cols, int n_tokens, bool experts = false) {
+    launch::gemv_args<F> a;
+    a.w = reinterpret_cast<const quant::block_q6_k*>(uintptr_t(256));  // any 256-byte aligned address
+    a.cols = cols, a.n_tokens = n_tokens;
+    int32_t id = 0;
+    if (experts) a.maybe_expert_ids = &id, a.expert_stride_bytes = 0;
+    return launch::gemv_int_load_bytes(a);
+  };
+  CHECK(load_bytes(2048, 1) == 16);
+  CHECK(load_bytes(2048, 8) == 16);
+  CHECK(load_bytes(512, 1) == 4);
+  CHECK(load_bytes(1024, 1) == 8);
+  CHECK(load_bytes(1536, 1) == 4);
+  CHECK(load_bytes(2560, 1) == 4);
+  CHECK(load_bytes(3584, 1) == 4);
+  CHECK(load_bytes(5120, 1) == 8);
+  CHECK(load_bytes(17408, 1) == 8);
+  CHECK(load_bytes(256, 1) == 0);         // half a 2-block item
+  CHECK(load_bytes(1024, 4) == 0);        // 2+ tokens: the float path
+  CHECK(load_bytes(1024, 1, true) == 0);  // expert mode: the float path
+  for (gemv_epilogue e : {gemv_epilogue::store, gemv_epilogue::residual, gemv_epilogue::swiglu}) {
+    check_gemv<F>(13, 512, 1, e, 161, true);   // one 2-block item per row
+    check_gemv<F>(21, 1024, 1, e, 162, true);  // one 4-block item per row
+    check_gemv<F>(9, 2560, 1, e, 163, true);   // 5 items: one lane per row, odd rows 4-byte aligned only
+    check_gemv<F>(7, 5120, 1, e, 164, true);   // 5 items of 8-byte loads
+  }
+  check_gemv<F>(6, 3584, 1, gemv_epilogue::residual, 165, true);   // 7 items (Qwen3.5-0.8B ffn_down)
+  check_gemv<F>(5, 12 * 512, 1, gemv_epilogue::store, 166, true);  // 12 items of 4-byte loads: 4 lanes x 3
+  for (int warps : {1, 2, 4}) {
+    check_gemv<F>(7, 6 * 1024, 1, gemv_epilogue::store, 167, true, warps);
+    check_gemv<F>(5, 3 * 512, 1, gemv_epilogue::swiglu, 168, true, warps);
+  }
+  check_gemv<F>(9, 1024, 4, gemv_epilogue::store, 169);  // 4 tokens: float path
+}
+
+// Every row width of a Qwen3.5 checkpoint (0.8B ... 27B, 35B-A3B: n_embd, attention and GDN output
+// widths, FFN and expert widths) has the integer path at one token in every quantized format a
+// Q4_K_M / Q5_K_M / Q6_K / Q8_0 file holds (docs/benchmarks.md lists the path per model and tensor).
+TEST_CASE("gemv integer path: every Qwen3.5 row width, every quantized format, one token") {
+  auto check_format = [](auto tag) {
+    using F = typename decltype(tag)::type;
+    for (int64_t cols : {512, 1024, 2048, 2560, 3584, 4096, 5120, 6144, 9216, 12288, 17408}) {
+      CAPTURE(F::name);
+      CAPTURE(cols);
+      launch::gemv_args<F> a;
+      a.w = reinterpret_cast<const typename F::block*>(uintptr_t(256));
+      a.cols = cols, a.n_tokens = 1;
+      CHECK(launch::gemv_has_int_path(a));
+    }
+  };
+  check_format(std::type_identity<quant::q4_k_format>{});
+  check_format(std::type_identity<quant::q5_k_format>{});
+  check_format(std::type_identity<quant::q6_k_format>{});
+  check_format(std::type_identity<quant::q8_0_format>{});
+  check_format(std::type_identity<quant::q4_0_format>{});
 }
 
 // Split-K: 1, 2 and 4 warps of a block on the same rows (a slice each, summed in slice order), on
@@ -253,7 +318,7 @@ TEST_CASE("gemv integer path: pre-quantized activations, workspace validation" *
   auto small = a;
   small.workspace_bytes = ws.bytes() - 1;
   CHECK(launch::validate(small).message().find("is below gemv_workspace_bytes") != std::string::npos);
-  launch::gemv_args<quant::q6_k_format> q6;  // 256 columns: Q6_K's integer items are 2048 wide
+  launch::gemv_args<quant::q6_k_format> q6;  // 256 columns: Q6_K's integer items are >= 512 wide
   q6.w = reinterpret_cast<const quant::block_q6_k*>(c.w()), q6.y = y1.data(), q6.rows = 1, q6.cols = 256;
   q6.maybe_x16 = b.maybe_x16;
   CHECK(launch::validate(q6).message().find("maybe_x16 is given but this format and shape have no integer path") !=

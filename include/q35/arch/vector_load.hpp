@@ -1,4 +1,5 @@
-// 16-byte (128-bit) global loads and stores: one LDG.E.128 / STG.E.128 per call on the GPU.
+// Vectorized global loads and stores: 16-byte (one LDG.E.128 / STG.E.128 per call on the GPU), and
+// the 8- and 4-byte read-only loads of items that are only that aligned.
 #pragma once
 
 #include <cstdint>
@@ -15,17 +16,20 @@
 namespace q35::arch {
 
 namespace detail {
-Q35_DEVICE void check_16_byte_aligned(const void* p) {
+template <int Bytes>
+Q35_DEVICE void check_aligned(const void* p) {
 #if Q35_BACKEND_SIM
   // A misaligned vector access faults on the GPU; the sim reports it.
-  if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
-    throw std::invalid_argument("128-bit access at an address that is not 16-byte aligned: " +
-                                std::to_string(reinterpret_cast<uintptr_t>(p)));
+  if (reinterpret_cast<uintptr_t>(p) % Bytes != 0) {
+    throw std::invalid_argument(std::to_string(8 * Bytes) + "-bit access at an address that is not " +
+                                std::to_string(Bytes) +
+                                "-byte aligned: " + std::to_string(reinterpret_cast<uintptr_t>(p)));
   }
 #else
   (void)p;
 #endif
 }
+Q35_DEVICE void check_16_byte_aligned(const void* p) { check_aligned<16>(p); }
 }  // namespace detail
 
 // Loads 16 bytes at p (16-byte aligned) through the read-only path.
@@ -40,6 +44,31 @@ Q35_DEVICE vec16<T> load_16(const T* p) {
   std::memcpy(&r, p, 16);
 #endif
   return r;
+}
+
+// Loads 8 bytes at p (8-byte aligned) as two words through the read-only path: one LDG.E.64.
+Q35_DEVICE vec<uint32_t, 2> load_8(const uint32_t* p) {
+  detail::check_aligned<8>(p);
+  vec<uint32_t, 2> r;
+#if Q35_BACKEND_CUDA
+  const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
+  r[0] = u.x, r[1] = u.y;
+#else
+  std::memcpy(&r, p, 8);
+#endif
+  return r;
+}
+
+// Loads the word at p (4-byte aligned) through the read-only path: one LDG.E.
+Q35_DEVICE uint32_t load_4(const uint32_t* p) {
+  detail::check_aligned<4>(p);
+#if Q35_BACKEND_CUDA
+  return __ldg(reinterpret_cast<const unsigned int*>(p));
+#else
+  uint32_t r;
+  std::memcpy(&r, p, 4);
+  return r;
+#endif
 }
 
 // Loads 16 bytes at p bypassing L1 allocation: for weights read exactly once (streamed).

@@ -38,11 +38,14 @@ namespace q35::kernels {
 
 using gemv_epilogue = ops::epilogue;
 
-template <quant::weight_format Format, class Policy, int NTokens, gemv_epilogue Epilogue, bool Indexed, bool Act16>
+// LoadBytes: the width of the integer path's loads, i.e. its item (ops::dot16<Format, LoadBytes>): 16;
+// Q6_K rows that its 16-byte item does not tile take 8 (rows of 1024 n) or 4 (512 n).
+template <quant::weight_format Format, class Policy, int NTokens, gemv_epilogue Epilogue, bool Indexed, bool Act16,
+          int LoadBytes = 16>
 struct gemv_kernel {
   using block = typename Format::block;
   static constexpr int n_mats = ops::epilogue_mats<Epilogue>;
-  using engine = ops::gemv_engine<Format, NTokens, n_mats, Act16>;
+  using engine = ops::gemv_engine<Format, NTokens, n_mats, Act16, 1, LoadBytes>;
   static constexpr int threads = Policy::threads;
   // Registers (launch::kernel_entry): 1-token instances keep ptxas's own choice (36-106 registers on
   // sm_90 and no local memory, docs/benchmarks.md). Left to itself, ptxas trimmed the multi-token

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <type_traits>
 
 #include "q35/core/dispatch.hpp"
 #include "q35/core/status.hpp"
@@ -67,22 +68,40 @@ inline size_t gemv_workspace_bytes(int64_t cols, int64_t n_x_rows) {
   return cols % quant::act16_group_elems == 0 ? quant::act16_bytes(cols, n_x_rows) : 0;
 }
 
-// Whether W of this format and shape has the integer path: a dot16 item that tiles the row, and
-// 16-byte aligned matrices (and expert stride), so every item is whole aligned 16-byte loads.
-template <quant::weight_format Format>
-bool gemv_has_int_path(const gemv_args<Format>& a) {
-  if constexpr (ops::has_dot16<Format>) {
-    const auto bits = reinterpret_cast<uintptr_t>(a.w) | reinterpret_cast<uintptr_t>(a.maybe_w_up) |
-                      uintptr_t(a.maybe_expert_ids ? a.expert_stride_bytes : 0);
-    return a.cols % ops::dot16<Format>::item_elems == 0 && bits % 16 == 0;
-  } else {
-    (void)a;
-    return false;
-  }
-}
-
 // Largest token count one plain GEMV pass serves.
 inline constexpr int gemv_max_tokens = 8;
+
+// The load width of the integer-path item W of this format and shape takes, or 0 where it has no
+// integer path: an item must tile the row, and the matrices (and expert stride) must be aligned to
+// its loads, so that every item is whole aligned loads. 16 (ops::dot16<Format>) for every format;
+// Q6_K rows that its 2048-weight item does not tile take 4-block items of 8-byte loads (rows a
+// multiple of 1024) or 2-block items of 4-byte loads (512), in one-token plain products (decode):
+// instances for 4/8 tokens and expert mode of these would double Q6_K's share of the CUDA build, and
+// those products take the float path.
+template <quant::weight_format Format>
+int gemv_int_load_bytes(const gemv_args<Format>& a) {
+  const auto bits = reinterpret_cast<uintptr_t>(a.w) | reinterpret_cast<uintptr_t>(a.maybe_w_up) |
+                    uintptr_t(a.maybe_expert_ids ? a.expert_stride_bytes : 0);
+  int found = 0;
+  auto fits = [&](auto load) {
+    constexpr int L = decltype(load)::value;
+    if constexpr (ops::has_dot16_loads<Format, L>) {
+      if (found == 0 && a.cols % ops::dot16<Format, L>::item_elems == 0 && bits % L == 0 &&
+          (L == 16 || (!a.maybe_expert_ids && a.n_tokens == 1)))
+        found = L;
+    }
+  };
+  fits(std::integral_constant<int, 16>{});
+  fits(std::integral_constant<int, 8>{});
+  fits(std::integral_constant<int, 4>{});
+  return found;
+}
+
+// Whether W of this format and shape has the integer path (gemv_int_load_bytes).
+template <quant::weight_format Format>
+bool gemv_has_int_path(const gemv_args<Format>& a) {
+  return gemv_int_load_bytes(a) != 0;
+}
 
 // Every message is built only on the failing path: a call that passes allocates nothing.
 template <quant::weight_format Format>
@@ -185,9 +204,10 @@ int gemv_log2_split(int64_t rows, int64_t cols, int n_groups, int log2_lanes, in
   return k;
 }
 
-template <quant::weight_format Format, class Policy, int NTokens, gemv_epilogue Epilogue, bool Indexed, bool Act16>
+template <quant::weight_format Format, class Policy, int NTokens, gemv_epilogue Epilogue, bool Indexed, bool Act16,
+          int LoadBytes = 16>
 status run_gemv(const gemv_args<Format>& a, const quant::act16_view& x16, stream_t stream) {
-  using kernel = kernels::gemv_kernel<Format, Policy, NTokens, Epilogue, Indexed, Act16>;
+  using kernel = kernels::gemv_kernel<Format, Policy, NTokens, Epilogue, Indexed, Act16, LoadBytes>;
   const int log2_lanes = kernel::log2_lanes_for(a.cols);
   const typename kernel::params p{
       a.w,
@@ -243,6 +263,13 @@ status gemv(const gemv_args<Format>& a, stream_t stream = nullptr) {
     } else {
       return dispatch<0, 1, 2>(int(a.epilogue), [&](auto e) -> status {
         constexpr gemv_epilogue epilogue = gemv_epilogue(decltype(e)::value);
+        if constexpr (act16 && ops::has_dot16_loads<Format, 8>) {  // Q6_K's narrower items (one token)
+          const int load_bytes = gemv_int_load_bytes(a);
+          if (load_bytes != 16)
+            return dispatch<8, 4>(load_bytes, [&](auto l) -> status {
+              return detail::run_gemv<Format, Policy, 1, epilogue, false, true, decltype(l)::value>(a, x16, stream);
+            });
+        }
         if (a.maybe_expert_ids) return detail::run_gemv<Format, Policy, 1, epilogue, true, act16>(a, x16, stream);
         // Token counts run in the smallest instance that holds them: 1, 4 or 8 accumulators per row.
         // (No 2-token instance: ptxas put 8 bytes of the Q4_0/Q8_0 2-token swiglu ones on the stack,

@@ -52,14 +52,14 @@ inline status check_pair(const quant::weight_view& w, const quant::weight_view& 
 
 // Whether launch::matmul reads x as 16-bit activations for this weight and token count (the GEMV's
 // integer path: 1..gemv_max_tokens tokens, a format with ops::dot16 items that tile the row, and
-// 16-byte aligned weights), given maybe_x16 or a workspace.
+// weights aligned to the item's loads: gemv_int_load_bytes), given maybe_x16 or a workspace.
 inline bool matmul_int_path(const quant::weight_view& w, int64_t n_tokens) {
   if (n_tokens < 1 || n_tokens > gemv_max_tokens || w.empty() || w.n_mats != 1) return false;
   bool yes = false;
   (void)quant::with_format(w.type, [&](auto tag) {
     using F = typename decltype(tag)::type;
     gemv_args<F> g;
-    g.w = static_cast<const typename F::block*>(w.data), g.cols = w.cols;
+    g.w = static_cast<const typename F::block*>(w.data), g.cols = w.cols, g.n_tokens = int(n_tokens);
     yes = gemv_has_int_path(g);
   });
   return yes;

@@ -1,6 +1,7 @@
-// ops::dot16<Format>: one lane's work item of the GEMV engine's integer path: a run of whole blocks
-// of one weight row (item_bytes, a multiple of 16 bytes, loaded as item_bytes / 16 independent
-// 16-byte loads) dotted with up to NTokens rows of 16-bit activations (quant/act16.hpp).
+// ops::dot16<Format, LoadBytes>: one lane's work item of the GEMV engine's integer path: a run of
+// whole blocks of one weight row (item_bytes, a multiple of LoadBytes, loaded as independent loads of
+// LoadBytes: 16 for every format; Q6_K also 8 and 4, for rows only that aligned) dotted with up to
+// NTokens rows of 16-bit activations (quant/act16.hpp).
 //
 // Per 32-element activation group (16 for Q6_K's scales) the products are summed exactly in int32
 // by dp2a, then scaled in fp32:  acc += scale_g * (d_sub * S_qx - m_sub * S_q)  (K-quant min), or
@@ -63,6 +64,27 @@ Q35_DEVICE void load_group(const act16_in& in, int t, int64_t g0, int gi, uint32
   g.neg32_sum_hi = int32_t(r[3]);
 }
 
+// NWords words at p through loads of LoadBytes (16, 8 or 4; p LoadBytes-aligned, NWords a multiple of
+// LoadBytes / 4); every load is issued before any use.
+template <int LoadBytes, int NWords>
+Q35_DEVICE void load_span(const uint8_t* p, uint32_t (&w)[NWords]) {
+  static_assert(NWords % (LoadBytes / 4) == 0, "whole loads");
+  const auto* q = reinterpret_cast<const uint32_t*>(p);
+  if constexpr (LoadBytes == 16) {
+    load_words<NWords / 4>(p, w);
+  } else if constexpr (LoadBytes == 8) {
+    Q35_UNROLL
+    for (int k = 0; k < NWords / 2; ++k) {
+      const vec<uint32_t, 2> v = arch::load_8(q + 2 * k);
+      w[2 * k] = v[0], w[2 * k + 1] = v[1];
+    }
+  } else {
+    static_assert(LoadBytes == 4, "16-, 8- or 4-byte loads");
+    Q35_UNROLL
+    for (int k = 0; k < NWords; ++k) w[k] = arch::load_4(q + k);
+  }
+}
+
 // The 4 bytes at byte offset `b` (a compile-time constant after unrolling) of words u.
 template <int N>
 Q35_DEVICE uint32_t word_at(const uint32_t (&u)[N], int b) {
@@ -77,12 +99,18 @@ Q35_DEVICE float half_at(const uint32_t (&u)[N], int b) {
 
 }  // namespace detail
 
-template <class Format>
-struct dot16;  // specialised for the formats with an integer path
+// Specialised for the formats with an integer path; LoadBytes is the width of the item's loads
+// (16 for every format; Q6_K also has 8 and 4, for rows its 16-byte item does not tile).
+template <class Format, int LoadBytes = 16>
+struct dot16;
 
 template <class Format>
 concept has_dot16 = requires {
   dot16<Format>::item_elems;
+};
+template <class Format, int LoadBytes>
+concept has_dot16_loads = requires {
+  dot16<Format, LoadBytes>::item_elems;
 };
 
 // Q4_K: an item is one block (144 bytes = 9 loads, 256 weights). Sub-block 2c is the low nibbles of
@@ -161,31 +189,42 @@ struct dot16<quant::q5_k_format> {
   }
 };
 
-// Q6_K: an item is 8 blocks (1680 bytes = 105 loads, 2048 weights), so every block starts at a
-// compile-time byte phase (210 j mod 16 = 2 j) of the 14 words it spans; blocks go one at a time.
-// The offset 32 is removed in the integer sum: S = sum q x - 32 sum x.
+// Q6_K: an item is LoadBytes / 2 blocks read as 105 loads of LoadBytes: 8 blocks (1680 bytes, 2048
+// weights) in 16-byte loads where rows are a multiple of 2048 weights; for the other widths of
+// Qwen3.5 files (1024, 2560, 3584, 5120, 9216, 17408: rows of 210 n bytes are then only 8- or
+// 4-byte aligned) 4 blocks in 8-byte loads (rows a multiple of 1024) or 2 blocks in 4-byte loads
+// (rows a multiple of 512). Block j starts at byte 210 j = 208 j + 2 j of the item: its loads cover
+// bytes [208 j, 208 j + 4 span_words) (every LoadBytes-aligned) and the block sits at the
+// compile-time phase 2 j in them; blocks go one at a time. The offset 32 is removed in the integer
+// sum: S = sum q x - 32 sum x.
 //
-// dot_rows<BlocksPerRow> reads the same 8 blocks as 8 / BlocksPerRow consecutive rows of
-// BlocksPerRow blocks each (rows of 512 or 1024 weights, e.g. the 35B-A3B expert down projection:
-// 4 rows of 420 bytes are one 16-byte aligned item): block j adds to acc[j / BlocksPerRow] with the
-// activation groups of its place in its row.
-template <>
-struct dot16<quant::q6_k_format> {
-  static constexpr int item_blocks = 8, item_elems = 2048, item_bytes = 1680;
+// dot_rows<BlocksPerRow> reads the same blocks as item_blocks / BlocksPerRow consecutive rows of
+// BlocksPerRow blocks each (16-byte loads: rows of 512 or 1024 weights, e.g. the 35B-A3B expert down
+// projection: 4 rows of 420 bytes are one 16-byte aligned item): block j adds to acc[j / BlocksPerRow]
+// with the activation groups of its place in its row.
+template <int LoadBytes>
+requires(LoadBytes == 16 || LoadBytes == 8 || LoadBytes == 4) struct dot16<quant::q6_k_format, LoadBytes> {
+  static constexpr int item_blocks = LoadBytes / 2, item_elems = 256 * item_blocks, item_bytes = 210 * item_blocks;
+  static_assert(item_bytes == 105 * LoadBytes, "105 loads per item");
+  // Words of one block's loads: the block's 210 bytes after its phase 2 j <= 2 (item_blocks - 1),
+  // rounded up to whole loads (56 / 54 / 53 words for 16 / 8 / 4-byte loads).
+  static constexpr int span_words = (2 * (item_blocks - 1) + 210 + LoadBytes - 1) / LoadBytes * (LoadBytes / 4);
+  static_assert(208 * (item_blocks - 1) + 4 * span_words == item_bytes, "the last block's loads end at the item's end");
+
   template <int NTokens>
   static Q35_DEVICE void dot(const uint8_t* item, const act16_in& in, int64_t g0, int n_tok, float (&acc)[NTokens]) {
-    dot_rows<8, NTokens>(item, in, g0, n_tok, reinterpret_cast<float(&)[1][NTokens]>(acc));
+    dot_rows<item_blocks, NTokens>(item, in, g0, n_tok, reinterpret_cast<float(&)[1][NTokens]>(acc));
   }
 
   template <int BlocksPerRow, int NTokens>
   static Q35_DEVICE void dot_rows(const uint8_t* item, const act16_in& in, int64_t g0, int n_tok,
-                                  float (&acc)[8 / BlocksPerRow][NTokens]) {
-    static_assert(BlocksPerRow == 2 || BlocksPerRow == 4 || BlocksPerRow == 8, "whole rows in 8 blocks");
+                                  float (&acc)[item_blocks / BlocksPerRow][NTokens]) {
+    static_assert(BlocksPerRow >= 2 && item_blocks % BlocksPerRow == 0, "whole rows in one item");
     Q35_UNROLL
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < item_blocks; ++j) {
       const int row = j / BlocksPerRow, jr = j % BlocksPerRow;  // the block's row and place in it
-      uint32_t u[56];  // bytes [208 j, 208 j + 224) of the item; block j starts at byte 2 j of them
-      detail::load_words<14>(item + 16 * 13 * j, u);
+      uint32_t u[span_words];  // bytes [208 j, 208 j + 4 span_words) of the item; block j starts at byte 2 j of them
+      detail::load_span<LoadBytes>(item + 16 * 13 * j, u);
       const int ph = 2 * j;
       const float d = detail::half_at(u, ph + 208);
       float ds[16];  // d * scales[g] (exact: 11 x 8 bits)

@@ -29,16 +29,19 @@ struct gemv_input {
   int64_t cols;
 };
 
-template <quant::weight_format Format, int NTokens, int NMats, bool Act16, int Unroll = 1>
+// LoadBytes: the integer path's item (ops::dot16<Format, LoadBytes>): 16 for every format; Q6_K also
+// 8 or 4, for rows its 16-byte item does not tile.
+template <quant::weight_format Format, int NTokens, int NMats, bool Act16, int Unroll = 1, int LoadBytes = 16>
 struct gemv_engine {
-  static_assert(!Act16 || has_dot16<Format>, "the integer path needs ops::dot16<Format>");
+  static_assert(!Act16 || has_dot16_loads<Format, LoadBytes>, "the integer path needs ops::dot16<Format, LoadBytes>");
+  static_assert(Act16 || LoadBytes == 16, "the float path has no item variants");
   static_assert(Unroll >= 1 && (Unroll == 1 || !Act16), "integer items already keep >= 9 loads in flight");
   using acc_t = float[NMats][NTokens];
 
   // Elements of one work item.
   static constexpr int item_elems = [] {
     if constexpr (Act16) {
-      return dot16<Format>::item_elems;
+      return dot16<Format, LoadBytes>::item_elems;
     } else {
       return quant::unit_elems;
     }
@@ -50,7 +53,7 @@ struct gemv_engine {
                                     int stride, int n_tok, acc_t& acc) {
     const int n_items = int(in.cols / item_elems);
     if constexpr (Act16) {
-      using dot = dot16<Format>;
+      using dot = dot16<Format, LoadBytes>;
       constexpr int item_groups = item_elems / quant::act16_group_elems;
       for (int it = first; it < n_items; it += stride) {
         Q35_UNROLL
