@@ -126,45 +126,41 @@ inline bool device_available() {
 #endif
 }
 
-// An owning, move-only array of T in device memory.
-template <class T>
-class device_buffer {
+namespace detail {
+
+// An owning, move-only array of T in the memory of Memory (a struct with static alloc(void**, size_t)
+// -> status, free(void*) and a name for messages): what device_buffer and pinned_buffer share.
+template <class T, class Memory>
+class owned_array {
  public:
-  device_buffer() = default;
-  ~device_buffer() { device_free(ptr_); }
-  device_buffer(device_buffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), size_(std::exchange(o.size_, 0)) {}
-  device_buffer& operator=(device_buffer&& o) noexcept {
+  owned_array() = default;
+  ~owned_array() { Memory::free(ptr_); }
+  owned_array(owned_array&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  owned_array& operator=(owned_array&& o) noexcept {
     if (this != &o) {
-      device_free(ptr_);
+      Memory::free(ptr_);
       ptr_ = std::exchange(o.ptr_, nullptr);
       size_ = std::exchange(o.size_, 0);
     }
     return *this;
   }
-  device_buffer(const device_buffer&) = delete;
-  device_buffer& operator=(const device_buffer&) = delete;
+  owned_array(const owned_array&) = delete;
+  owned_array& operator=(const owned_array&) = delete;
 
   // Replaces the contents with `n` uninitialised elements.
   status allocate(size_t n) {
-    device_free(ptr_);
+    Memory::free(ptr_);
     ptr_ = nullptr;
     size_ = 0;
     if (n > SIZE_MAX / sizeof(T))
-      return error(status_code::out_of_memory, "device_buffer::allocate: " + std::to_string(n) + " elements of " +
-                                                   std::to_string(sizeof(T)) + " bytes overflow size_t");
+      return error(status_code::out_of_memory, std::string(Memory::name) + "::allocate: " + std::to_string(n) +
+                                                   " elements of " + std::to_string(sizeof(T)) +
+                                                   " bytes overflow size_t");
     void* p = nullptr;
-    Q35_TRY(device_alloc(&p, n * sizeof(T)));
+    Q35_TRY(Memory::alloc(&p, n * sizeof(T)));
     ptr_ = static_cast<T*>(p);
     size_ = n;
     return status::success();
-  }
-  status upload(const T* host, size_t n, stream_t s = nullptr) {
-    if (n > size_) return error(status_code::invalid_argument, "device_buffer::upload: more elements than allocated");
-    return copy(ptr_, host, n * sizeof(T), copy_kind::host_to_device, s);
-  }
-  status download(T* host, size_t n, stream_t s = nullptr) const {
-    if (n > size_) return error(status_code::invalid_argument, "device_buffer::download: more elements than allocated");
-    return copy(host, ptr_, n * sizeof(T), copy_kind::device_to_host, s);
   }
 
   T* data() { return ptr_; }
@@ -175,6 +171,30 @@ class device_buffer {
  private:
   T* ptr_ = nullptr;
   size_t size_ = 0;
+};
+
+struct device_memory {
+  static constexpr const char* name = "device_buffer";
+  static status alloc(void** p, size_t bytes) { return device_alloc(p, bytes); }
+  static void free(void* p) { device_free(p); }
+};
+
+}  // namespace detail
+
+// An owning, move-only array of T in device memory.
+template <class T>
+class device_buffer : public detail::owned_array<T, detail::device_memory> {
+ public:
+  status upload(const T* host, size_t n, stream_t s = nullptr) {
+    if (n > this->size())
+      return error(status_code::invalid_argument, "device_buffer::upload: more elements than allocated");
+    return copy(this->data(), host, n * sizeof(T), copy_kind::host_to_device, s);
+  }
+  status download(T* host, size_t n, stream_t s = nullptr) const {
+    if (n > this->size())
+      return error(status_code::invalid_argument, "device_buffer::download: more elements than allocated");
+    return copy(host, this->data(), n * sizeof(T), copy_kind::device_to_host, s);
+  }
 };
 
 // Allocates `bytes` of page-locked host memory (256-byte aligned; *ptr is null for 0 bytes): a copy
@@ -204,49 +224,20 @@ inline void host_pinned_free(void* ptr) {
 #endif
 }
 
+namespace detail {
+struct pinned_memory {
+  static constexpr const char* name = "pinned_buffer";
+  static status alloc(void** p, size_t bytes) { return host_pinned_alloc(p, bytes); }
+  static void free(void* p) { host_pinned_free(p); }
+};
+}  // namespace detail
+
 // An owning, move-only array of T in pinned host memory (staging for asynchronous copies).
 template <class T>
-class pinned_buffer {
+class pinned_buffer : public detail::owned_array<T, detail::pinned_memory> {
  public:
-  pinned_buffer() = default;
-  ~pinned_buffer() { host_pinned_free(ptr_); }
-  pinned_buffer(pinned_buffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), size_(std::exchange(o.size_, 0)) {}
-  pinned_buffer& operator=(pinned_buffer&& o) noexcept {
-    if (this != &o) {
-      host_pinned_free(ptr_);
-      ptr_ = std::exchange(o.ptr_, nullptr);
-      size_ = std::exchange(o.size_, 0);
-    }
-    return *this;
-  }
-  pinned_buffer(const pinned_buffer&) = delete;
-  pinned_buffer& operator=(const pinned_buffer&) = delete;
-
-  // Replaces the contents with `n` uninitialised elements.
-  status allocate(size_t n) {
-    host_pinned_free(ptr_);
-    ptr_ = nullptr;
-    size_ = 0;
-    if (n > SIZE_MAX / sizeof(T))
-      return error(status_code::out_of_memory, "pinned_buffer::allocate: " + std::to_string(n) + " elements of " +
-                                                   std::to_string(sizeof(T)) + " bytes overflow size_t");
-    void* p = nullptr;
-    Q35_TRY(host_pinned_alloc(&p, n * sizeof(T)));
-    ptr_ = static_cast<T*>(p);
-    size_ = n;
-    return status::success();
-  }
-
-  T* data() { return ptr_; }
-  const T* data() const { return ptr_; }
-  T& operator[](size_t i) { return ptr_[i]; }
-  const T& operator[](size_t i) const { return ptr_[i]; }
-  size_t size() const { return size_; }
-  size_t bytes() const { return size_ * sizeof(T); }
-
- private:
-  T* ptr_ = nullptr;
-  size_t size_ = 0;
+  T& operator[](size_t i) { return this->data()[i]; }
+  const T& operator[](size_t i) const { return this->data()[i]; }
 };
 
 }  // namespace q35
