@@ -1,8 +1,13 @@
 // Float multiply/add/subtract that are never fused into an FMA: for results that must match a
-// reference bit for bit (ggml's dequantization computes d * q - m with two roundings).
+// reference bit for bit (ggml's dequantization computes d * q - m with two roundings); and an
+// explicit fused multiply-add where one rounding is what the result needs.
 #pragma once
 
 #include "q35/core/config.hpp"
+
+#if !Q35_DEVICE_PASS
+#include <cmath>
+#endif
 
 namespace q35::arch {
 
@@ -33,6 +38,15 @@ Q35_HOST_DEVICE float sub_rn(float a, float b) {
   return __fsub_rn(a, b);
 #else
   return a - b;
+#endif
+}
+
+// a * b + c with one rounding (an FFMA on the GPU, std::fma on the host).
+Q35_HOST_DEVICE float fma_rn(float a, float b, float c) {
+#if Q35_DEVICE_PASS
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
 #endif
 }
 

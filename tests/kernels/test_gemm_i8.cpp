@@ -1,0 +1,244 @@
+// The int8 tensor-core prompt path (kernels/gemm_i8.hpp) against float64 references: every integer
+// format and epilogue, token and row counts not a multiple of the 64 x 64 tile, K not a multiple of
+// the 128-column step (Q8_0 / Q4_0), the widths of Qwen3.5 rows, extreme integer sums, NaN rows.
+// Tolerance: the integer path's bound (reference/gemv_reference.hpp: the activation rounding of the
+// 16-bit activations plus fp32 error) with the chain of one addition per 32-element group.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "matmul_case.hpp"
+#include "q35/launch/gemm_i8.hpp"
+#include "q35/launch/gemv.hpp"
+#include "reference/gemv_reference.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using namespace q35;
+using ops::epilogue;
+
+// fp32 additions in one output's chain: one per activation group, plus the epilogue's
+int64_t gemm_i8_depth(int64_t cols) { return cols / 32 + 1; }
+
+struct split_input {
+  device_buffer<uint8_t> buf;
+  quant::act8x2_view view;
+};
+split_input quantize(const device_buffer<float>& x, int64_t n_tokens, int64_t cols) {
+  split_input s;
+  Q35_REQUIRE_OK(s.buf.allocate(quant::act8x2_bytes(cols, n_tokens)));
+  Q35_REQUIRE_OK(launch::quantize_act8x2(x.data(), n_tokens, cols, s.buf.data(), s.buf.bytes(), s.view));
+  return s;
+}
+
+template <class F>
+void check_gemm_i8(int64_t rows, int64_t cols, int64_t n_tokens, epilogue e, uint64_t seed, bool all_orders = true) {
+  CAPTURE(F::name);
+  CAPTURE(rows);
+  CAPTURE(cols);
+  CAPTURE(n_tokens);
+  CAPTURE(int(e));
+  const test::matmul_case<F> c(rows, cols, n_tokens, e, seed, /*act16=*/true);
+  const split_input x = quantize(c.dx, n_tokens, cols);
+  auto body = [&] {
+    // poisoned, with a tail after the outputs that must stay untouched
+    const size_t n_out = size_t(n_tokens * rows), tail = 64;
+    auto dy = test::poisoned<float>(n_out + tail);
+    if (e == epilogue::residual) Q35_REQUIRE_OK(dy.upload(c.h0.data(), n_out));
+    launch::gemm_i8_args<F> a;
+    a.w = c.w();
+    a.maybe_w_up = e == epilogue::swiglu ? c.w_up() : nullptr;
+    a.x = x.view, a.y = dy.data();
+    a.rows = rows, a.cols = cols, a.n_tokens = n_tokens, a.epilogue = e;
+    Q35_REQUIRE_OK(launch::gemm_i8(a));
+    const auto y = test::to_host(dy);
+    int64_t bad = 0, bad_tail = 0;
+    for (size_t i = 0; i < n_out; ++i) {
+      const auto [want, tol] = c.expect(e, i, gemm_i8_depth(cols));
+      bad += !(std::fabs(double(y[i]) - want) <= tol + 1e-30);
+    }
+    for (size_t i = n_out; i < n_out + tail; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &y[i], 4);
+      bad_tail += bits != 0xffffffffu;
+    }
+    CHECK(bad == 0);
+    CHECK(bad_tail == 0);
+  };
+  if (all_orders) {
+    test::for_each_order(body);
+  } else {
+    body();
+  }
+}
+
+template <class F>
+constexpr int64_t kq = F::block_elems > 32 ? F::block_elems : 32;
+
+TEST_CASE_TEMPLATE("gemm_i8: odd tiles, every integer format and epilogue" * test::needs_device(), F,
+                   quant::q8_0_format, quant::q4_0_format, quant::q4_k_format, quant::q5_k_format, quant::q6_k_format) {
+  check_gemm_i8<F>(70, 2 * kq<F>, 33, epilogue::store, 71);  // 2 row tiles x 1 token tile, both partial
+  check_gemm_i8<F>(64, 3 * kq<F>, 9, epilogue::residual, 72);
+  check_gemm_i8<F>(45, 2 * kq<F>, 66, epilogue::swiglu, 73);  // swiglu: 32 outputs per row tile
+}
+
+TEST_CASE_TEMPLATE("gemm_i8: K tails of the 32-element formats" * test::needs_device(), F, quant::q8_0_format,
+                   quant::q4_0_format) {
+  for (int64_t cols : {32, 96, 160, 224}) check_gemm_i8<F>(17, cols, 12, epilogue::store, 80 + cols, false);
+}
+
+TEST_CASE("gemm_i8: Qwen3.5 widths as K, prompt-sized token counts" * test::needs_device()) {
+  check_gemm_i8<quant::q4_k_format>(130, 1024, 129, epilogue::store, 81, false);
+  check_gemm_i8<quant::q6_k_format>(40, 2560, 20, epilogue::residual, 82, false);  // 210-byte blocks, odd phases
+  check_gemm_i8<quant::q5_k_format>(33, 1024, 70, epilogue::swiglu, 83, false);
+  check_gemm_i8<quant::q8_0_format>(64, 4096, 16, epilogue::store, 84, false);
+}
+
+// The largest integer sums: Q8_0 quants of +-127 against activations at +-32767 (hi = 127 / -128,
+// lo = 255 / 1): |S_lo| = 32 * 127 * 255 and |S_hi| = 32 * 127 * 128 must convert exactly.
+TEST_CASE("gemm_i8: extreme integer sums convert exactly" * test::needs_device()) {
+  const int64_t rows = 4, cols = 64, n_tokens = 2;
+  std::vector<quant::block_q8_0> w(size_t(rows * cols / 32));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < cols / 32; ++b) {
+      quant::block_q8_0& blk = w[size_t(r * (cols / 32) + b)];
+      blk.d = 0x3c00;  // 1.0
+      for (int i = 0; i < 32; ++i) blk.qs[i] = int8_t(r % 2 ? -127 : 127);
+    }
+  std::vector<float> xh(size_t(n_tokens * cols));
+  for (int64_t c = 0; c < cols; ++c) xh[size_t(c)] = 1.0f, xh[size_t(cols + c)] = -2.0f;  // token 1: q = -32767
+  std::vector<uint8_t> wb(w.size() * sizeof(quant::block_q8_0));
+  std::memcpy(wb.data(), w.data(), wb.size());
+  const auto dw = test::to_device(wb);
+  const auto dx = test::to_device(xh);
+  const split_input x = quantize(dx, n_tokens, cols);
+  auto dy = test::poisoned<float>(size_t(rows * n_tokens));
+  launch::gemm_i8_args<quant::q8_0_format> a;
+  a.w = reinterpret_cast<const quant::block_q8_0*>(dw.data());
+  a.x = x.view, a.y = dy.data(), a.rows = rows, a.cols = cols, a.n_tokens = n_tokens;
+  Q35_REQUIRE_OK(launch::gemm_i8(a));
+  const auto y = test::to_host(dy);
+  for (int64_t t = 0; t < n_tokens; ++t)
+    for (int64_t r = 0; r < rows; ++r) {
+      // scale * d * sum q_w q_x over 64 elements, scale = max|x| / 32767, q_x = +-32767
+      const double amax = t == 0 ? 1.0 : 2.0, sign = (r % 2 ? -1.0 : 1.0) * (t == 0 ? 1.0 : -1.0);
+      const double want = sign * double(float(amax / 32767.0)) * 64.0 * 127.0 * 32767.0;
+      CAPTURE(t);
+      CAPTURE(r);
+      CHECK(std::fabs(double(y[size_t(t * rows + r)]) - want) <= 1e-6 * std::fabs(want));
+    }
+}
+
+// A NaN in one token's activations makes that token's outputs NaN (as the float product would) and
+// leaves the others finite and correct.
+TEST_CASE("gemm_i8: a NaN activation poisons its token only" * test::needs_device()) {
+  const int64_t rows = 20, cols = 256, n_tokens = 11;
+  test::matmul_case<quant::q4_k_format> c(rows, cols, n_tokens, epilogue::store, 91, true);
+  std::vector<float> x = c.x;
+  x[size_t(5 * cols + 77)] = NAN;
+  const auto dx = test::to_device(x);
+  const split_input xs = quantize(dx, n_tokens, cols);
+  auto dy = test::poisoned<float>(size_t(rows * n_tokens));
+  launch::gemm_i8_args<quant::q4_k_format> a;
+  a.w = c.w(), a.x = xs.view, a.y = dy.data(), a.rows = rows, a.cols = cols, a.n_tokens = n_tokens;
+  Q35_REQUIRE_OK(launch::gemm_i8(a));
+  const auto y = test::to_host(dy);
+  int64_t bad = 0;
+  for (int64_t t = 0; t < n_tokens; ++t)
+    for (int64_t r = 0; r < rows; ++r) {
+      const size_t i = size_t(t * rows + r);
+      if (t == 5) {
+        bad += !std::isnan(y[i]);
+      } else {
+        const auto [want, tol] = c.expect(epilogue::store, i, gemm_i8_depth(cols));
+        bad += !(std::fabs(double(y[i]) - want) <= tol);
+      }
+    }
+  CHECK(bad == 0);
+}
+
+// The split planes hold exactly the GEMV's 16-bit values: q = 256 hi + lo, same scale and sum.
+TEST_CASE("gemm_i8: quantize_act8x2 splits the act16 values exactly" * test::needs_device()) {
+  const int64_t n = 3, cols = 320;
+  std::vector<float> x = test::random_floats(size_t(n * cols), 5, -3.0f, 3.0f);
+  x[7] = 0.0f, x[100] = 1e-30f, x[200] = -40000.0f;
+  const auto dx = test::to_device(x);
+  const split_input s = quantize(dx, n, cols);
+  device_buffer<uint8_t> q16;
+  Q35_REQUIRE_OK(q16.allocate(quant::act16_bytes(cols, n)));
+  Q35_REQUIRE_OK(launch::quantize_act16(dx.data(), n, cols, q16.data(), q16.bytes()));
+  const auto a8 = test::to_host(s.buf);
+  const auto a16 = test::to_host(q16);
+  const size_t plane = quant::act8x2_plane_bytes(cols, n);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n * cols; ++i) {
+    int16_t q;
+    std::memcpy(&q, a16.data() + 2 * i, 2);
+    const int v = 256 * int(int8_t(a8[size_t(i)])) + int(a8[plane + size_t(i)]);
+    bad += v != q;
+  }
+  for (int64_t g = 0; g < n * cols / 32; ++g) {
+    quant::act16_group g16;
+    quant::act8x2_group g8;
+    std::memcpy(&g16, a16.data() + quant::act16_groups_offset(cols, n) + 16 * g, 16);
+    std::memcpy(&g8, a8.data() + 2 * plane + 8 * g, 8);
+    bad += std::memcmp(&g16.scale, &g8.scale, 4) != 0 || std::memcmp(&g16.sum, &g8.sum, 4) != 0;
+  }
+  CHECK(bad == 0);
+}
+
+// Shared-memory bank conflicts, by construction: every 8-lane phase of an ldmatrix (one 8x8 matrix:
+// 8 row addresses of 16 bytes), of the 16-byte staging stores and of the cp.async writes covers the
+// 8 distinct 16-byte positions of a 128-byte bank line, i.e. all 32 banks once. The addresses are
+// the kernel's own (swz and the lane-to-row maps written out as in the kernel).
+TEST_CASE("gemm_i8: ldmatrix, staging and cp.async addresses are free of bank conflicts") {
+  using K = kernels::gemm_i8_kernel<quant::q4_k_format, epilogue::store>;
+  auto distinct = [](const std::vector<int>& offsets) {
+    int seen = 0;
+    for (int o : offsets) seen |= 1 << ((o / 16) % 8);
+    return seen == 0xff;
+  };
+  int phases = 0, bad = 0;
+  for (int warp = 0; warp < 4; ++warp)
+    for (int kq = 0; kq < K::k32; ++kq)
+      for (int tile = 0; tile < 2; ++tile)
+        for (int which = 0; which < 2; ++which)  // A (weights) or B (activations) fragments
+          for (int j = 0; j < 4; ++j) {          // the matrix = the phase
+            std::vector<int> off;
+            for (int lane = 8 * j; lane < 8 * j + 8; ++lane) {
+              int r, c;
+              if (which == 0) {
+                r = 32 * (warp >> 1) + 16 * tile + (lane & 7) + 8 * ((lane >> 3) & 1), c = 2 * kq + (lane >> 4);
+              } else {
+                r = 32 * (warp & 1) + 16 * tile + (lane & 7) + 8 * (lane >> 4), c = 2 * kq + ((lane >> 3) & 1);
+              }
+              off.push_back(r * K::bk + K::swz(r, c));
+            }
+            ++phases, bad += !distinct(off);
+          }
+  for (int t0 = 0; t0 < K::threads; t0 += 8)
+    for (int c = 0; c < 4; ++c) {  // store_w: thread t writes chunk 4 (t & 1) + c of row t >> 1
+      std::vector<int> off;
+      for (int t = t0; t < t0 + 8; ++t) off.push_back((t >> 1) * K::bk + K::swz(t >> 1, 4 * (t & 1) + c));
+      ++phases, bad += !distinct(off);
+    }
+  for (int i0 = 0; i0 < 4 * K::threads; i0 += 8) {  // stage_x: copy idx writes chunk idx & 7 of row idx >> 3
+    std::vector<int> off;
+    for (int idx = i0; idx < i0 + 8; ++idx) off.push_back((idx >> 3) * K::bk + K::swz(idx >> 3, idx & 7));
+    ++phases, bad += !distinct(off);
+  }
+  CHECK(phases == 4 * K::k32 * 2 * 2 * 4 + 16 * 4 + 64);
+  CHECK(bad == 0);
+}
+
+TEST_CASE("gemm_i8: bad arguments are named") {
+  launch::gemm_i8_args<quant::q4_k_format> a;
+  a.rows = 4, a.cols = 100, a.n_tokens = 9;
+  CHECK(launch::gemm_i8(a).to_string().find("cols = 100") != std::string::npos);
+  a.cols = 256;
+  CHECK(launch::gemm_i8(a).to_string().find("null") != std::string::npos);
+}
+
+}  // namespace
