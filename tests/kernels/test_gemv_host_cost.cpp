@@ -60,7 +60,7 @@ TEST_CASE("gemv: validation that passes allocates nothing on the host") {
   CHECK(ok);
   // the failing path still names the value
   a.n_tokens = 9;
-  CHECK(launch::validate(a).message() == "gemv q4_K: n_tokens = 9 is outside 1..8 (use launch::gemm for prompts)");
+  CHECK(launch::validate(a).message() == "gemv q4_K: n_tokens = 9 is outside 1..8 (use launch::matmul for prompts)");
 }
 
 }  // namespace

@@ -142,7 +142,7 @@ status validate(const gemv_args<Format>& a) {
   if (!a.maybe_expert_ids) {
     if (a.n_tokens < 1 || a.n_tokens > gemv_max_tokens)
       return bad("n_tokens = " + std::to_string(a.n_tokens) + " is outside 1.." + std::to_string(gemv_max_tokens) +
-                 " (use launch::gemm for prompts)");
+                 " (use launch::matmul for prompts)");
     return status::success();
   }
   if (a.n_pairs < 1 || a.n_pairs > 65535) return bad("n_pairs = " + std::to_string(a.n_pairs) + " is outside 1..65535");

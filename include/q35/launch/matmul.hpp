@@ -10,6 +10,7 @@
 
 #include "q35/core/status.hpp"
 #include "q35/launch/gemm.hpp"
+#include "q35/launch/gemm_i8.hpp"
 #include "q35/launch/gemv.hpp"
 #include "q35/quant/format_list.hpp"
 #include "q35/quant/weight_view.hpp"
@@ -34,11 +35,16 @@ struct matmul_args {
 };
 
 // Device scratch one matmul of n_tokens rows of `cols` inputs needs (callers size their workspace
-// with it once, for their largest call): the 16-bit activations of the GEMV's integer path (up to
-// gemv_max_tokens rows; prompts go through the GEMM, which needs none). With a null workspace the
-// GEMV takes its float path (correct, slower).
+// with it once, for their largest call; enough for any call with fewer tokens): the 16-bit
+// activations of the GEMV's integer path (up to gemv_max_tokens rows) or of the int8 tensor-core
+// GEMM (quant/act8x2.hpp, more rows). With a null or smaller workspace the GEMV takes its float path
+// (correct, slower); a GGUF integer format past gemv_max_tokens tokens needs it (an error names the
+// bytes).
 inline size_t matmul_workspace_bytes(int64_t cols, int64_t n_tokens) {
-  return gemv_workspace_bytes(cols, n_tokens < gemv_max_tokens ? n_tokens : gemv_max_tokens);
+  const size_t gemv = gemv_workspace_bytes(cols, n_tokens < gemv_max_tokens ? n_tokens : gemv_max_tokens);
+  if (n_tokens <= gemv_max_tokens || cols % quant::act16_group_elems != 0) return gemv;
+  const size_t gemm = quant::act8x2_bytes(cols, n_tokens);
+  return gemm > gemv ? gemm : gemv;
 }
 
 namespace detail {
@@ -105,10 +111,25 @@ inline status matmul(const matmul_args& a, stream_t stream = nullptr) {
       if (!a.maybe_x16.empty() && gemv_has_int_path(g)) g.maybe_x16 = a.maybe_x16;
       return gemv<F>(g, stream);
     }
-    gemm_args<F> g;
-    g.w = w, g.maybe_w_up = up, g.x = a.x, g.y = a.y, g.rows = a.w.rows, g.cols = a.w.cols;
-    g.n_tokens = a.n_tokens, g.epilogue = a.epilogue;
-    return gemm<F>(g, stream);
+    if constexpr (gemm_i8_supports<F>) {
+      // the int8 tensor-core GEMM reads x split into 8-bit planes, made in the workspace
+      const size_t need = quant::act8x2_bytes(a.w.cols, a.n_tokens);
+      if (!a.maybe_workspace || a.workspace_bytes < need)
+        return detail::bad_matmul(std::string(F::name) + " weights at " + std::to_string(a.n_tokens) +
+                                  " tokens need a workspace of " + std::to_string(need) + " bytes (have " +
+                                  std::to_string(a.maybe_workspace ? a.workspace_bytes : 0) +
+                                  "): size it with matmul_workspace_bytes");
+      gemm_i8_args<F> g;
+      Q35_TRY(quantize_act8x2(a.x, a.n_tokens, a.w.cols, a.maybe_workspace, a.workspace_bytes, g.x, stream));
+      g.w = w, g.maybe_w_up = up, g.y = a.y, g.rows = a.w.rows, g.cols = a.w.cols;
+      g.n_tokens = a.n_tokens, g.epilogue = a.epilogue;
+      return gemm_i8<F>(g, stream);
+    } else {
+      gemm_args<F> g;
+      g.w = w, g.maybe_w_up = up, g.x = a.x, g.y = a.y, g.rows = a.w.rows, g.cols = a.w.cols;
+      g.n_tokens = a.n_tokens, g.epilogue = a.epilogue;
+      return gemm<F>(g, stream);
+    }
   });
 }
 

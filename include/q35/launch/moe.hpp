@@ -125,7 +125,9 @@ namespace detail {
 struct moe_layout {
   size_t counters, logits, ids, weights, gate, act, sh_act, sh_y;
   size_t x16, act16, sh_act16;  // decode only: x, act and sh_act quantized for the GEMV engine's integer path
-  size_t sorted_pairs, offsets, tile_starts, group_temp, y, total;
+  size_t sorted_pairs, offsets, tile_starts, group_temp, y;
+  size_t mm;  // grouped only: the shared expert's matmul scratch (its activations for the tensor-core GEMM)
+  size_t total;
 };
 template <int = 0>
 inline moe_layout moe_plan(const ffn_shape& s, int64_t n) {
@@ -158,6 +160,9 @@ inline moe_layout moe_plan(const ffn_shape& s, int64_t n) {
   l.tile_starts = take(pairs ? e1 * sizeof(int32_t) : 0);  // [E + 1]
   l.group_temp = take(pairs ? moe_group_temp_bytes(int32_t(pairs), s.n_experts) : 0);
   l.y = take(pairs * size_t(s.n_embd) * sizeof(float));  // [n * k][n_embd] expert outputs, pair order
+  l.mm = take(pairs && s.shared_ff_dim > 0
+                  ? std::max(matmul_workspace_bytes(s.n_embd, n), matmul_workspace_bytes(s.shared_ff_dim, n))
+                  : 0);
   l.total = at;
   return l;
 }
@@ -264,9 +269,11 @@ inline status moe_grouped(const ffn_layer_args& a, const moe_weights& w, const m
     matmul_args m;
     m.w = w.shexp_gate, m.maybe_w_up = w.shexp_up, m.x = a.x, m.y = sh_act, m.n_tokens = a.n_tokens;
     m.epilogue = ops::epilogue::swiglu;
+    m.maybe_workspace = ws + l.mm, m.workspace_bytes = l.total - l.mm;
     Q35_TRY(matmul(m, stream));
     matmul_args d;
     d.w = w.shexp_down, d.x = sh_act, d.y = sh_y, d.n_tokens = a.n_tokens;
+    d.maybe_workspace = ws + l.mm, d.workspace_bytes = l.total - l.mm;
     Q35_TRY(matmul(d, stream));
   }
   const int32_t max_tiles = int32_t(ceil_div<int64_t>(n_pairs, kernels::moe_group_tile) + s.n_experts);

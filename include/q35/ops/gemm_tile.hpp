@@ -1,5 +1,5 @@
-// The block-tile steps shared by the tiled GEMMs (kernels/gemm.hpp for the prefill projections,
-// kernels/moe_grouped.hpp for the experts over their grouped tokens): stage one 16-element weight
+// The block-tile steps of the fp32 tiled GEMM of kernels/moe_grouped.hpp (the experts over their
+// grouped tokens; the dense projections run on tensor cores): stage one 16-element weight
 // unit of a row into the shared weight tile, and the per-thread register tile's multiply-accumulate
 // over one K step. Each kernel keeps its own indexing (which rows, which activation rows).
 #pragma once
