@@ -43,6 +43,23 @@ GEMV = re.compile(
 # The MoE decode kernels stream their experts through the same engine (one token per pair).
 MOE = re.compile(r"(moe_gate_up_kernel|moe_down_kernel)<q35::quant::(\w+)_format, (true|false), ")
 EPILOGUES = ["store", "residual", "swiglu"]
+# The tensor-core prompt GEMMs: kernels/gemm_i8.hpp (GGUF integer formats, IMMA) and
+# kernels/gemm_mma_float.hpp (F32 / F16 / BF16 weights, HMMA): format and epilogue.
+TENSOR_CORE = [
+    ("gemm_i8", re.compile(r"gemm_i8_kernel<q35::quant::(\w+)_format, \(q35::ops::epilogue\)(\d)"), "IMMA"),
+    ("gemm_mma_float", re.compile(r"gemm_mma_float_kernel<q35::quant::(\w+)_format, \(q35::ops::epilogue\)(\d)"), "HMMA"),
+]
+# Issued instructions per issued m16n8k16-equivalent mma in the hot loop (IMMA.16832 and HMMA.16816
+# count one, IMMA.16816 and HMMA.1688 half), every epilogue: regression budgets, the measured sm_80 /
+# sm_90 values rounded up (docs/benchmarks.md, "Tensor-core GEMMs", has the derivation). gemm_i8
+# needs 5 full-rate instructions per output and 32-element group (2 FADD + 1 FFMA for the exact
+# float of 256 S_hi + S_lo, then the weight and activation scales), i.e. 10 per IMMA pair of
+# 4 outputs per lane, before fragment loads and staging; Q6_K's 16-element groups double that (its
+# rolled group loop is what is counted). The split float kernels issue 2 (F16) or 3 (BF16) mma
+# per product, 6 for F32.
+TC_BUDGET = {("gemm_i8", "q4_k"): 18.5, ("gemm_i8", "q5_k"): 19.5, ("gemm_i8", "q8_0"): 17.5,
+             ("gemm_i8", "q4_0"): 18.0, ("gemm_i8", "q6_k"): 23.0, ("gemm_mma_float", "bf16"): 5.5,
+             ("gemm_mma_float", "f16"): 8.5, ("gemm_mma_float", "f32"): 10.0}
 
 
 def narrow_load_extra(load):
@@ -215,6 +232,32 @@ def main():
             if not per_weight <= budget:
                 failures.append(f"{label}: {per_weight:.2f} instructions per weight > budget {budget:.2f}")
     rows.sort()
+    tc_rows = []
+    for mangled, instrs in funcs.items():
+        hit = next(((kind, m, key) for kind, rx, key in TENSOR_CORE for m in [rx.search(names[mangled])] if m), None)
+        if not hit:
+            continue
+        kind, m, key = hit
+        fmt, epi = m.group(1), EPILOGUES[int(m.group(2))]
+        reg, stack, _, local = res.get(mangled, (0, 0, 0, 0))
+        local_ops = sum(1 for x in instrs if x[1].startswith(("LDL", "STL")))
+        loop = hot_loop(instrs, key)
+        label = f"{kind} {fmt} {epi}"
+        if not loop:
+            failures.append(f"{label}: no loop with {key} instructions")
+            continue
+        body = loop[0]
+        mma = sum(0.5 if (".16816" in op and op.startswith("IMMA")) or ".1688" in op else 1.0
+                  for _, op, _ in body if op.startswith(key))
+        per_mma = len(body) / mma
+        ldsm = sum(1 for _, op, _ in body if op.startswith("LDSM"))
+        budget = TC_BUDGET.get((kind, fmt))
+        tc_rows.append((label, len(body), mma, per_mma, budget, ldsm, reg, stack + local + local_ops,
+                        occupancy(reg, 128)))
+        if stack or local or local_ops:
+            failures.append(f"{label}: {stack} B stack, {local} B local, {local_ops} local-memory instructions")
+        if budget and not per_mma <= budget:
+            failures.append(f"{label}: {per_mma:.2f} instructions per mma > budget {budget:.2f}")
     # instr/w: per weight streamed (all tokens of the pass); /w/tok: per weight and token
     print(f"{'instance (' + a.arch + ')':44} {'loop':>5} {'instr/w':>7} {'/w/tok':>6} {'budget':>6} {'16B ld':>6} "
           f"{'regs':>4} {'local':>5} {'occ':>5}")
@@ -222,11 +265,19 @@ def main():
         b = f"{budget:.2f}" if budget else "-"
         ntok = int(label.split()[2])
         print(f"{label:44} {n:5d} {pw:7.2f} {pw / ntok:6.2f} {b:>6} {fl:6.1f} {reg:4d} {loc + lops:5d} {occ:5.2f}")
+    if tc_rows:
+        tc_rows.sort()
+        print(f"\n{'tensor-core instance (' + a.arch + ')':44} {'loop':>5} {'mma':>5} {'i/mma':>6} {'budget':>6} "
+              f"{'ldsm':>4} {'regs':>4} {'local':>5} {'occ<=':>5}")
+        for label, n, mma, pm, budget, ldsm, reg, loc, occ in tc_rows:
+            b = f"{budget:.2f}" if budget else "-"
+            print(f"{label:44} {n:5d} {mma:5.1f} {pm:6.2f} {b:>6} {ldsm:4d} {reg:4d} {loc:5d} {occ:5.2f}")
     if not rows:
         failures.append("no gemv_kernel instance found in " + a.binary)
     for f in failures:
         print("FAIL:", f)
-    print(f"check_sass: {len(rows)} GEMV-engine instances, {len(failures)} failures")
+    print(f"check_sass: {len(rows)} GEMV-engine instances, {len(tc_rows)} tensor-core GEMM instances, "
+          f"{len(failures)} failures")
     return 1 if failures else 0
 
 
