@@ -11,6 +11,7 @@
 #include "matmul_case.hpp"
 #include "q35/launch/gemm_i8.hpp"
 #include "q35/launch/gemv.hpp"
+#include "q35/launch/matmul.hpp"
 #include "reference/gemv_reference.hpp"
 #include "test_util.hpp"
 
@@ -231,6 +232,38 @@ TEST_CASE("gemm_i8: ldmatrix, staging and cp.async addresses are free of bank co
   }
   CHECK(phases == 4 * K::k32 * 2 * 2 * 4 + 16 * 4 + 64);
   CHECK(bad == 0);
+}
+
+// launch::matmul past 8 tokens: x split once by quantize_shared_input (maybe_x8, no workspace) gives
+// the bits of the matmul that splits x in its own workspace; all-float weights get no split.
+TEST_CASE("gemm_i8: matmul with a shared split input equals its own split" * test::needs_device()) {
+  const int64_t rows = 40, cols = 512, n = 21;
+  const test::matmul_case<quant::q4_k_format> c(rows, cols, n, epilogue::store, 95, true);
+  quant::weight_view w;
+  w.data = c.dwg.data(), w.type = uint32_t(quant::type_id::q4_k), w.rows = rows, w.cols = cols;
+  device_buffer<uint8_t> ws, shared;
+  Q35_REQUIRE_OK(ws.allocate(launch::matmul_workspace_bytes(cols, n)));
+  Q35_REQUIRE_OK(shared.allocate(launch::matmul_workspace_bytes(cols, n)));
+  auto y1 = test::poisoned<float>(size_t(n * rows)), y2 = test::poisoned<float>(size_t(n * rows));
+  launch::matmul_args a;
+  a.w = w, a.x = c.dx.data(), a.y = y1.data(), a.n_tokens = n;
+  a.maybe_workspace = ws.data(), a.workspace_bytes = ws.bytes();
+  Q35_REQUIRE_OK(launch::matmul(a));
+  quant::act16_view x16;
+  quant::act8x2_view x8;
+  quant::weight_view f32 = w;
+  f32.type = uint32_t(quant::type_id::f32);
+  Q35_REQUIRE_OK(launch::quantize_shared_input(c.dx.data(), n, cols, {f32}, shared.data(), shared.bytes(), x16, x8));
+  CHECK(x8.empty());
+  Q35_REQUIRE_OK(launch::quantize_shared_input(c.dx.data(), n, cols, {f32, w}, shared.data(), shared.bytes(), x16, x8));
+  REQUIRE(!x8.empty());
+  CHECK(x16.empty());
+  a.y = y2.data(), a.maybe_workspace = nullptr, a.workspace_bytes = 0, a.maybe_x8 = x8;
+  Q35_REQUIRE_OK(launch::matmul(a));
+  const auto h1 = test::to_host(y1), h2 = test::to_host(y2);
+  CHECK(std::memcmp(h1.data(), h2.data(), h1.size() * 4) == 0);
+  a.maybe_x8 = {};  // neither a split input nor a workspace: the error names the bytes
+  CHECK(launch::matmul(a).to_string().find("need a workspace of") != std::string::npos);
 }
 
 TEST_CASE("gemm_i8: bad arguments are named") {

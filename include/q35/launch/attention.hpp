@@ -376,25 +376,27 @@ inline status attention_layer(const attn_layer_args& a, stream_t stream = nullpt
   const size_t mm_bytes = a.workspace_bytes - size_t(ws - static_cast<unsigned char*>(a.workspace));
   void* mm_ws = mm_bytes ? ws : nullptr;
 
-  const auto project = [&](const quant::weight_view& w, const float* x, const quant::act16_view& x16, float* y,
-                           ops::epilogue e) {
+  const auto project = [&](const quant::weight_view& w, const float* x, const quant::act16_view& x16,
+                           const quant::act8x2_view& x8, float* y, ops::epilogue e) {
     matmul_args m;
     m.w = w, m.x = x, m.y = y, m.n_tokens = n, m.epilogue = e;
     m.maybe_workspace = mm_ws, m.workspace_bytes = mm_bytes, m.maybe_x16 = x16;
+    m.maybe_x8 = x8;
     return matmul(m, stream);
   };
   // x quantized once for its three projections (they then leave mm_ws alone; the output projection
   // below is the next to use it)
   quant::act16_view x16 = a.maybe_x16;
-  Q35_TRY(quantize_shared_input(a.x, n, s.n_embd, {a.w.q, a.w.k, a.w.v}, mm_ws, mm_bytes, x16, stream));
-  Q35_TRY(project(a.w.q, a.x, x16, qg, ops::epilogue::store));
-  Q35_TRY(project(a.w.k, a.x, x16, k, ops::epilogue::store));
-  Q35_TRY(project(a.w.v, a.x, x16, v, ops::epilogue::store));
+  quant::act8x2_view x8;
+  Q35_TRY(quantize_shared_input(a.x, n, s.n_embd, {a.w.q, a.w.k, a.w.v}, mm_ws, mm_bytes, x16, x8, stream));
+  Q35_TRY(project(a.w.q, a.x, x16, x8, qg, ops::epilogue::store));
+  Q35_TRY(project(a.w.k, a.x, x16, x8, k, ops::epilogue::store));
+  Q35_TRY(project(a.w.v, a.x, x16, x8, v, ops::epilogue::store));
   attn_append_args ap{s, a.batch, a.kv, qg, k, v, a.w.q_norm, a.w.k_norm};
   Q35_TRY(attention_append(ap, stream));
   attn_core_args c{s, a.batch, a.kv, qg, o, split_ws, attn_split_workspace_bytes(s)};
   Q35_TRY(a.batch.max_seq_tokens <= 1 ? attention_decode(c, stream) : attention_prefill(c, stream));
-  return project(a.w.out, o, {}, a.h, ops::epilogue::residual);
+  return project(a.w.out, o, {}, {}, a.h, ops::epilogue::residual);
 }
 
 }  // namespace q35::launch

@@ -355,28 +355,30 @@ inline status gdn_layer(const gdn_layer_args& a, stream_t stream = nullptr) {
   if (n == 0) return status::success();
   detail::gdn_layer_scratch sc{};
   detail::gdn_layer_layout(a.shape, n, static_cast<char*>(a.workspace), &sc);
-  const auto project = [&](const quant::weight_view& w, const float* x, const quant::act16_view& x16, float* y,
-                           ops::epilogue e) {
+  const auto project = [&](const quant::weight_view& w, const float* x, const quant::act16_view& x16,
+                           const quant::act8x2_view& x8, float* y, ops::epilogue e) {
     matmul_args m;
     m.w = w, m.x = x, m.y = y, m.n_tokens = n, m.epilogue = e;
     m.maybe_workspace = sc.matmul, m.workspace_bytes = sc.matmul_bytes, m.maybe_x16 = x16;
+    m.maybe_x8 = x8;
     return matmul(m, stream);
   };
   // x quantized once for its four projections (they then leave sc.matmul alone; ssm_out is the next to use it)
   quant::act16_view x16 = a.maybe_x16;
+  quant::act8x2_view x8;
   Q35_TRY(quantize_shared_input(a.x, n, a.shape.n_embd, {a.w.qkv, a.w.gate, a.w.beta, a.w.alpha}, sc.matmul,
-                                sc.matmul_bytes, x16, stream));
-  Q35_TRY(project(a.w.qkv, a.x, x16, sc.qkv, ops::epilogue::store));
-  Q35_TRY(project(a.w.gate, a.x, x16, sc.z, ops::epilogue::store));
-  Q35_TRY(project(a.w.beta, a.x, x16, sc.b, ops::epilogue::store));
-  Q35_TRY(project(a.w.alpha, a.x, x16, sc.alpha, ops::epilogue::store));
+                                sc.matmul_bytes, x16, x8, stream));
+  Q35_TRY(project(a.w.qkv, a.x, x16, x8, sc.qkv, ops::epilogue::store));
+  Q35_TRY(project(a.w.gate, a.x, x16, x8, sc.z, ops::epilogue::store));
+  Q35_TRY(project(a.w.beta, a.x, x16, x8, sc.b, ops::epilogue::store));
+  Q35_TRY(project(a.w.alpha, a.x, x16, x8, sc.alpha, ops::epilogue::store));
   gdn_core_args c;
   c.shape = a.shape, c.qkv = sc.qkv, c.z = sc.z, c.b = sc.b, c.alpha = sc.alpha;
   c.conv1d = a.w.conv1d, c.dt_bias = a.w.dt_bias, c.a = a.w.a, c.norm = a.w.norm;
   c.batch = a.batch, c.state = a.state, c.y = sc.y;
   c.workspace = sc.core, c.workspace_bytes = sc.core_bytes, c.mode = a.mode;
   Q35_TRY(detail::gdn_core_unchecked(c, stream));
-  return project(a.w.out, sc.y, {}, a.h, ops::epilogue::residual);
+  return project(a.w.out, sc.y, {}, {}, a.h, ops::epilogue::residual);
 }
 
 }  // namespace q35::launch

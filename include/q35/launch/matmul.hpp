@@ -32,6 +32,10 @@ struct matmul_args {
   // or once for several matmuls that read the same x (quantize_shared_input); used where the GEMV's
   // integer path applies (matmul_int_path), ignored elsewhere (x is then read). x stays required.
   quant::act16_view maybe_x16;
+  // x already split for the tensor-core GEMM (quant/act8x2.hpp: n_tokens rows of w.cols), once for
+  // several matmuls (quantize_shared_input); used past gemv_max_tokens for the GGUF integer formats
+  // (no workspace needed then), ignored elsewhere.
+  quant::act8x2_view maybe_x8;
 };
 
 // Device scratch one matmul of n_tokens rows of `cols` inputs needs (callers size their workspace
@@ -71,16 +75,34 @@ inline bool matmul_int_path(const quant::weight_view& w, int64_t n_tokens) {
   return yes;
 }
 
+// Whether launch::matmul runs this weight at n_tokens tokens on the int8 tensor-core GEMM (past
+// gemv_max_tokens tokens, a GGUF integer format), i.e. on 16-bit integer activations.
+inline bool matmul_gemm_i8_path(const quant::weight_view& w, int64_t n_tokens) {
+  if (n_tokens <= gemv_max_tokens || w.empty() || w.n_mats != 1) return false;
+  bool yes = false;
+  (void)quant::with_format(w.type, [&](auto tag) { yes = gemm_i8_supports<typename decltype(tag)::type>; });
+  return yes;
+}
+
 // For several matmuls of n_tokens rows that read the same x: quantizes x once into `out` (16-byte
-// aligned, >= matmul_workspace_bytes(cols, n_tokens) bytes) when at least one of `weights` takes the
-// integer path, and returns its view for their maybe_x16; else (or when x16 is already given) returns
-// x16 unchanged, launching nothing. One launch instead of one per matmul.
+// aligned, >= matmul_workspace_bytes(cols, n_tokens) bytes) for their maybe_x16 (1..gemv_max_tokens
+// tokens, when at least one of `weights` takes the GEMV's integer path) or their maybe_x8 (more
+// tokens, when one of them has a GGUF integer format: the tensor-core GEMM); else, or when the view
+// is already given, launches nothing. One launch instead of one per matmul; the matmuls then leave
+// `out` alone.
 template <int = 0>
 inline status quantize_shared_input(const float* x, int64_t n_tokens, int64_t cols,
                                     std::initializer_list<quant::weight_view> weights, void* out, size_t out_bytes,
-                                    quant::act16_view& x16, stream_t stream = nullptr) {
-  if (!x16.empty() || !out || cols % quant::act16_group_elems != 0) return status::success();
+                                    quant::act16_view& x16, quant::act8x2_view& x8, stream_t stream = nullptr) {
+  if (!out || cols % quant::act16_group_elems != 0) return status::success();
   bool any = false;
+  if (n_tokens > gemv_max_tokens) {
+    if (!x8.empty()) return status::success();
+    for (const quant::weight_view& w : weights) any = any || (matmul_gemm_i8_path(w, n_tokens) && w.cols == cols);
+    if (!any) return status::success();
+    return quantize_act8x2(x, n_tokens, cols, out, out_bytes, x8, stream);
+  }
+  if (!x16.empty()) return status::success();
   for (const quant::weight_view& w : weights) any = any || matmul_int_path(w, n_tokens);
   if (!any) return status::success();
   Q35_TRY(quantize_act16(x, n_tokens, cols, out, out_bytes, stream));
@@ -112,15 +134,19 @@ inline status matmul(const matmul_args& a, stream_t stream = nullptr) {
       return gemv<F>(g, stream);
     }
     if constexpr (gemm_i8_supports<F>) {
-      // the int8 tensor-core GEMM reads x split into 8-bit planes, made in the workspace
+      // the int8 tensor-core GEMM reads x split into 8-bit planes: given, or made in the workspace
+      gemm_i8_args<F> g;
       const size_t need = quant::act8x2_bytes(a.w.cols, a.n_tokens);
-      if (!a.maybe_workspace || a.workspace_bytes < need)
+      if (!a.maybe_x8.empty()) {
+        g.x = a.maybe_x8;
+      } else if (!a.maybe_workspace || a.workspace_bytes < need) {
         return detail::bad_matmul(std::string(F::name) + " weights at " + std::to_string(a.n_tokens) +
                                   " tokens need a workspace of " + std::to_string(need) + " bytes (have " +
                                   std::to_string(a.maybe_workspace ? a.workspace_bytes : 0) +
                                   "): size it with matmul_workspace_bytes");
-      gemm_i8_args<F> g;
-      Q35_TRY(quantize_act8x2(a.x, a.n_tokens, a.w.cols, a.maybe_workspace, a.workspace_bytes, g.x, stream));
+      } else {
+        Q35_TRY(quantize_act8x2(a.x, a.n_tokens, a.w.cols, a.maybe_workspace, a.workspace_bytes, g.x, stream));
+      }
       g.w = w, g.maybe_w_up = up, g.y = a.y, g.rows = a.w.rows, g.cols = a.w.cols;
       g.n_tokens = a.n_tokens, g.epilogue = a.epilogue;
       return gemm_i8<F>(g, stream);
