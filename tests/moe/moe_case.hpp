@@ -135,7 +135,8 @@ inline moe_case make_moe_case(const moe_case_spec& s) {
   }
   // The dots the decode kernels compute on 16-bit activations get the integer path's bound: the
   // routed experts (and a shared expert in their format, which the same kernels compute); a shared
-  // expert in another format goes through launch::matmul without quantized input (fp32).
+  // expert in another format goes through launch::matmul without quantized input (fp32). Above
+  // moe_decode_max_tokens the routed experts run the fp32 grouped GEMM.
   if (s.n_tokens <= launch::moe_decode_max_tokens) {
     const launch::ffn_shape sh = shape_of(s);
     const launch::detail::moe_decode_paths p = launch::detail::moe_decode_paths_of(c.weights, sh);
@@ -148,6 +149,12 @@ inline moe_case make_moe_case(const moe_case_spec& s) {
       r.down_parts = c.down.parts;
       if (sff > 0 && launch::detail::moe_fused_down(c.weights, sh)) r.sh_down_parts = c.sh_down.parts;
     }
+  } else if (sff > 0) {
+    // the grouped path runs the shared expert through launch::matmul: the integer formats on the
+    // int8 tensor-core GEMM, which reads 16-bit activations (x for gate/up, its own act for down)
+    if (launch::matmul_gemm_i8_path(c.sh_gate.view, s.n_tokens))
+      r.sh_gate_parts = c.sh_gate.parts, r.sh_up_parts = c.sh_up.parts;
+    if (launch::matmul_gemm_i8_path(c.sh_down.view, s.n_tokens)) r.sh_down_parts = c.sh_down.parts;
   }
   return c;
 }

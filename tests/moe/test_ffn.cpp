@@ -4,8 +4,9 @@
 // Tolerance: per output, Higham's dot bound with the GEMV engine's depth (ref::engine_depth) up to 8
 // tokens or the GEMM's serial cols + 1 above, carried through SwiGLU and the down projection
 // (ref::detail::swiglu_expert), plus the residual add's rounding; where the GEMV reads 16-bit
-// activations (launch::matmul_int_path: the quantized formats up to 8 tokens), the integer path's
-// bound (ref::fp32_dot_bound: activation rounding and the weights' parts) for both projections.
+// activations (launch::matmul_int_path: the quantized formats up to 8 tokens) and where the int8
+// tensor-core GEMM does (launch::matmul_gemm_i8_path: the quantized formats above), the integer
+// path's bound (ref::fp32_dot_bound: activation rounding and the weights' parts) for both projections.
 #include <doctest/doctest.h>
 
 #include "moe/moe_case.hpp"
@@ -31,8 +32,11 @@ void check_dense(uint32_t type, int n_embd, int ff, int64_t n_tokens, uint64_t s
   const std::vector<float> got = test::to_host(d_h);
   std::vector<double> want, tol;
   ref::expert_act16 q;
-  if (launch::matmul_int_path(gate.view, n_tokens)) q.gate_parts = gate.parts.data(), q.up_parts = up.parts.data();
-  if (launch::matmul_int_path(down.view, n_tokens)) q.down_parts = down.parts.data();
+  auto act16 = [&](const quant::weight_view& w) {
+    return launch::matmul_int_path(w, n_tokens) || launch::matmul_gemm_i8_path(w, n_tokens);
+  };
+  if (act16(gate.view)) q.gate_parts = gate.parts.data(), q.up_parts = up.parts.data();
+  if (act16(down.view)) q.down_parts = down.parts.data();
   ref::dense_ffn(gate.ref, up.ref, down.ref, n_embd, ff, x.data(), h0.data(), n_tokens,
                  n_tokens > launch::gemv_max_tokens ? ref::serial_depth : ref::engine_depth, want, tol, q);
   int bad = 0;
