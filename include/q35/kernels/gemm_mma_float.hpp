@@ -154,8 +154,10 @@ struct gemm_mma_float_kernel {
   struct shared_storage {
     stage st[2];
   };
+  // The token tiles of one row tile run next to each other (blockIdx.x), so each weight tile comes
+  // from DRAM about once per call and from L2 for its other token tiles.
   static dim3 grid(const params& p) {
-    return dim3(unsigned(ceil_div<int64_t>(p.rows, bn)), unsigned(ceil_div<int64_t>(p.n_tokens, bm)));
+    return dim3(unsigned(ceil_div<int64_t>(p.n_tokens, bm)), unsigned(ceil_div<int64_t>(p.rows, bn)));
   }
 
   // Register staging of one K step: the thread's 8 activations and (F32) w_per_thread x 8 weights per matrix.
@@ -356,7 +358,7 @@ struct gemm_mma_float_kernel {
 
   Q35_DEVICE void operator()(const params& p, shared_storage& s) const {
     const int lane = arch::lane_id(), warp = arch::warp_id();
-    const int64_t row0 = int64_t(arch::block_idx().x) * bn, tok0 = int64_t(arch::block_idx().y) * bm;
+    const int64_t row0 = int64_t(arch::block_idx().y) * bn, tok0 = int64_t(arch::block_idx().x) * bm;
     const int64_t n_steps = ceil_div<int64_t>(p.cols, bk);
     constexpr bool async_w = Format::id != quant::type_id::f32;
     arch::mma_c_f32_16x8 acc[n_mats][2][n_nt] = {};

@@ -38,8 +38,8 @@ status validate(const gemm_args<Format>& a) {
   if (a.cols % quant::unit_elems != 0)
     return bad("cols = " + std::to_string(a.cols) + " is not a multiple of " + std::to_string(quant::unit_elems));
   using kernel = kernels::gemm_mma_float_kernel<Format, ops::epilogue::store>;
-  if (ceil_div<int64_t>(a.n_tokens, kernel::bm) > 65535)
-    return bad("n_tokens = " + std::to_string(a.n_tokens) + " exceeds the grid limit");
+  if (ceil_div<int64_t>(a.rows, kernel::bn) > 65535)
+    return bad("rows = " + std::to_string(a.rows) + " exceeds the grid limit");
   if (!a.w || !a.x || !a.y) return bad("null w, x or y");
   if ((a.epilogue == ops::epilogue::swiglu) != (a.maybe_w_up != nullptr))
     return bad(a.maybe_w_up ? "maybe_w_up is given but the epilogue is not swiglu" : "swiglu needs maybe_w_up");
