@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -136,7 +137,8 @@ inline moe_case make_moe_case(const moe_case_spec& s) {
   // The dots the decode kernels compute on 16-bit activations get the integer path's bound: the
   // routed experts (and a shared expert in their format, which the same kernels compute); a shared
   // expert in another format goes through launch::matmul without quantized input (fp32). Above
-  // moe_decode_max_tokens the routed experts run the fp32 grouped GEMM.
+  // moe_decode_max_tokens the integer formats run on the int8 tensor-core GEMMs (grouped for the
+  // routed experts), which read 16-bit activations too; the float formats' split GEMMs are fp32-grade.
   if (s.n_tokens <= launch::moe_decode_max_tokens) {
     const launch::ffn_shape sh = shape_of(s);
     const launch::detail::moe_decode_paths p = launch::detail::moe_decode_paths_of(c.weights, sh);
@@ -149,12 +151,14 @@ inline moe_case make_moe_case(const moe_case_spec& s) {
       r.down_parts = c.down.parts;
       if (sff > 0 && launch::detail::moe_fused_down(c.weights, sh)) r.sh_down_parts = c.sh_down.parts;
     }
-  } else if (sff > 0) {
-    // the grouped path runs the shared expert through launch::matmul: the integer formats on the
-    // int8 tensor-core GEMM, which reads 16-bit activations (x for gate/up, its own act for down)
-    if (launch::matmul_gemm_i8_path(c.sh_gate.view, s.n_tokens))
+  } else {
+    // the grouped path: x for gate/up, the kernel's own act for down
+    if (launch::moe_grouped_gemm_i8_path(c.weights.gate_exps)) r.gate_parts = gate_parts, r.up_parts = up_parts;
+    if (launch::moe_grouped_gemm_i8_path(c.weights.down_exps)) r.down_parts = c.down.parts;
+    // the shared expert through launch::matmul (the dense int8 GEMM for the integer formats)
+    if (sff > 0 && launch::matmul_gemm_i8_path(c.sh_gate.view, s.n_tokens))
       r.sh_gate_parts = c.sh_gate.parts, r.sh_up_parts = c.sh_up.parts;
-    if (launch::matmul_gemm_i8_path(c.sh_down.view, s.n_tokens)) r.sh_down_parts = c.sh_down.parts;
+    if (sff > 0 && launch::matmul_gemm_i8_path(c.sh_down.view, s.n_tokens)) r.sh_down_parts = c.sh_down.parts;
   }
   return c;
 }
@@ -183,9 +187,19 @@ inline moe_run run_moe(const moe_case& c) {
 
 // Which kernel computes a dot decides its accumulation depth: up to moe_decode_max_tokens tokens
 // the GEMV engine (the decode kernels, and launch::matmul for a shared expert in other formats);
-// above, the grouped GEMM and the dense GEMM, serial over all columns.
+// above, the tensor-core GEMMs (grouped for the routed experts, dense for the shared one).
 inline ref::moe_ref_depths depths_of(const moe_case_spec& s) {
-  if (s.n_tokens > launch::moe_decode_max_tokens) return {ref::router_depth, ref::serial_depth, ref::serial_depth};
+  if (s.n_tokens > launch::moe_decode_max_tokens) {
+    // the integer formats on the int8 GEMMs, the float formats on the split-float ones
+    const auto gemm = [](std::initializer_list<uint32_t> types) {
+      for (const uint32_t t : types)
+        if (t == uint32_t(quant::type_id::f32) || t == uint32_t(quant::type_id::f16) ||
+            t == uint32_t(quant::type_id::bf16))
+          return ref::mma_float_depth;
+      return ref::serial_depth;
+    };
+    return {ref::router_depth, gemm({s.type, s.down_type}), gemm({s.sh_type, s.sh_down_type})};
+  }
   return {ref::router_depth, ref::engine_depth, ref::engine_depth};
 }
 

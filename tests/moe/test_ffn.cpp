@@ -38,7 +38,10 @@ void check_dense(uint32_t type, int n_embd, int ff, int64_t n_tokens, uint64_t s
   if (act16(gate.view)) q.gate_parts = gate.parts.data(), q.up_parts = up.parts.data();
   if (act16(down.view)) q.down_parts = down.parts.data();
   ref::dense_ffn(gate.ref, up.ref, down.ref, n_embd, ff, x.data(), h0.data(), n_tokens,
-                 n_tokens > launch::gemv_max_tokens ? ref::serial_depth : ref::engine_depth, want, tol, q);
+                 n_tokens <= launch::gemv_max_tokens ? ref::engine_depth
+                 : q.gate_parts                      ? ref::serial_depth
+                                                     : ref::mma_float_depth,
+                 want, tol, q);
   int bad = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     const double err = std::fabs(double(got[i]) - want[i]);

@@ -62,6 +62,26 @@ TEST_CASE("moe_ffn: expert weights in every tested format" * test::needs_device(
   }
 }
 
+TEST_CASE("moe_ffn: the grouped tensor-core GEMMs in every format, ragged expert groups" * test::needs_device()) {
+  // 45 tokens x top-4 of 16 experts: ~11 pairs per expert (tiles of 32 mostly partial), and with
+  // 70 tokens x top-2 of 4 experts ~35 (a full tile and a ragged one); the integer formats on the
+  // int8 GEMM, F16 / BF16 / F32 on the split-float one; the shared expert in another format
+  // (one of the two per format, alternating: each kernel family sees both)
+  int64_t n_tokens = 45;
+  for (const type_id t : {type_id::q4_k, type_id::q5_k, type_id::q6_k, type_id::q8_0, type_id::q4_0, type_id::f16,
+                          type_id::bf16, type_id::f32}) {
+    n_tokens = n_tokens == 45 ? 70 : 45;
+    test::moe_case_spec s;
+    s.n_experts = n_tokens == 45 ? 16 : 4, s.k = n_tokens == 45 ? 4 : 2, s.n_tokens = n_tokens;
+    s.seed = 700 + uint64_t(t) + uint64_t(n_tokens);
+    s.type = s.down_type = id(t);
+    s.sh_type = s.sh_down_type = id(t == type_id::q8_0 ? type_id::f16 : type_id::q8_0);
+    CAPTURE(uint32_t(t));
+    CAPTURE(n_tokens);
+    run_and_check(s);
+  }
+}
+
 TEST_CASE("moe_ffn: the decode kernels' integer path (x and act as 16-bit activations)" * test::needs_device()) {
   // formats whose items tile n_embd = 256 and width 256: gate/up and down both read 16-bit
   // activations (the bound of those dots is the integer path's, ref::fp32_dot_bound)
@@ -120,7 +140,7 @@ TEST_CASE("moe_ffn: every thread order gives the same result within the bound" *
 }
 
 TEST_CASE("moe_ffn: merged ffn_gate_up_exps" * test::needs_device()) {
-  for (const int64_t n_tokens : {1, 8}) {
+  for (const int64_t n_tokens : {1, 8, 40}) {
     test::moe_case_spec s;
     s.n_experts = 16, s.k = 4, s.n_tokens = n_tokens, s.merged_gate_up = true, s.seed = 300 + n_tokens;
     s.type = s.sh_type = id(type_id::q4_k);

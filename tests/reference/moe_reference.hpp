@@ -49,8 +49,15 @@ inline int64_t engine_depth(int64_t cols) {
 // The router (ops::gemv_engine, float path): cols / 32 products per lane at most, 5 butterfly steps and <= 4 split-k
 // partials.
 inline int64_t router_depth(int64_t cols) { return (cols + 31) / 32 + 10; }
-// A tiled GEMM that accumulates each output serially over all columns.
+// A tiled GEMM that accumulates each output serially over all columns (and the int8 tensor-core
+// GEMM, which adds one exact-integer group term per 32 columns: the integer path's bound).
 inline int64_t serial_depth(int64_t cols) { return cols + 1; }
+// The split-float tensor-core GEMM (kernels/gemm_mma_float.hpp): per m16n8k16 step of 16 columns the
+// mma errs by <= 17 2^-24 (|c| + sum |p|) on the sim (round to nearest) and 17 2^-23 on a GPU
+// (truncating adds, tests/arch/test_mma.cpp), |c| <= the terms before it; the F16 step's add into
+// the total one rounding more; the splits <= 2^-22 |w x| (F16's x) or 2^-23 (F32's dropped
+// products): a chain of 18 (sim) or 35 (GPU) per 16 columns, plus 8.
+inline int64_t mma_float_depth(int64_t cols) { return (Q35_BACKEND_SIM ? 18 : 35) * ((cols + 15) / 16) + 8; }
 
 struct moe_ref_result {
   std::vector<double> value, tol;  // [n_tokens][n_embd]: h0 + FFN(x), and the allowed |error|

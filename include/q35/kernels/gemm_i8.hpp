@@ -18,14 +18,15 @@
 // S = fma(256, f(D_hi) - M, f(D_lo) - M) rounds the exact integer once, as I2F would.
 //
 // Tiling. A block holds 64 weight rows (32 output rows of gate and up for swiglu, interleaved in
-// 16-row slices so that one lane holds both of an output) x 64 tokens, K steps of 128; 4 warps of
-// 32 rows x 32 tokens (2 x 4 tiles of m16n8). Weights: each thread loads 64 elements of one row for
-// the next step into registers while the block computes the current one, then unpacks them to int8
-// in shared memory. Activations: cp.async, double-buffered. Shared rows are 128 bytes; their 16-byte
-// chunks are XOR-swizzled by (row mod 8), so the 8 row addresses of every ldmatrix phase fall in 8
-// distinct chunk positions, i.e. all 32 banks (no conflicts), and the cp.async / staging stores
-// write whole chunks. The grid runs the token tiles of one row tile next to each other (blockIdx.x),
-// so a weight tile is read from DRAM about once per call and served from L2 to its token tiles.
+// 16-row slices so that one lane holds both of an output) x 64 tokens (dense) or 32 sorted pairs of
+// one expert (the MoE grouped GEMM, kernels/gemm_rows.hpp: gathered x rows, scattered y rows), K
+// steps of 128; 4 warps of 32 rows x 32 (16) tokens (2 x 4 (2 x 2) tiles of m16n8). Weights: each thread loads 64
+// elements of one row for the next step into registers while the block computes the current one, then unpacks them to
+// int8 in shared memory. Activations: cp.async, double-buffered. Shared rows are 128 bytes; their 16-byte chunks are
+// XOR-swizzled by (row mod 8), so the 8 row addresses of every ldmatrix phase fall in 8 distinct chunk positions, i.e.
+// all 32 banks (no conflicts), and the cp.async / staging stores write whole chunks. The grid runs the token tiles of
+// one row tile next to each other (blockIdx.x), so a weight tile is read from DRAM about once per call and served from
+// L2 to its token tiles (the grouped form: the tiles of one expert are adjacent).
 #pragma once
 
 #include <cstdint>
@@ -39,6 +40,7 @@
 #include "q35/core/dim3.hpp"
 #include "q35/core/numeric.hpp"
 #include "q35/core/vec.hpp"
+#include "q35/kernels/gemm_rows.hpp"
 #include "q35/ops/epilogue.hpp"
 #include "q35/ops/gemm_i8_stage.hpp"
 #include "q35/quant/act8x2.hpp"
@@ -46,14 +48,18 @@
 
 namespace q35::kernels {
 
+// 64 tokens per block for the dense GEMM; the grouped MoE GEMM's tiles are moe_group_tile = 32
+// sorted pairs (35B-A3B at 512 tokens: 16 pairs per expert on average, so 64 would idle 3/4 of it).
+template <int TileTokens = 64>
 struct gemm_i8_policy {
   static constexpr int threads = 128;
-  static constexpr int tile_rows = 64;    // weight rows in shared memory (output rows: 64 / matrices)
-  static constexpr int tile_tokens = 64;  // tokens per block
-  static constexpr int tile_k = 128;      // columns per K step
+  static constexpr int tile_rows = 64;            // weight rows in shared memory (output rows: 64 / matrices)
+  static constexpr int tile_tokens = TileTokens;  // tokens per block: 64 or 32
+  static constexpr int tile_k = 128;              // columns per K step
 };
 
-template <quant::weight_format Format, ops::epilogue Epilogue, class Policy = gemm_i8_policy>
+template <quant::weight_format Format, ops::epilogue Epilogue, gemm_rows Rows = gemm_rows::dense,
+          class Policy = gemm_i8_policy<Rows == gemm_rows::dense ? 64 : moe_group_tile>>
 requires ops::has_i8_stage<Format>
 struct gemm_i8_kernel {
   using stage = ops::i8_stage<Format>;
@@ -63,17 +69,22 @@ struct gemm_i8_kernel {
   static constexpr int out_rows = bm / n_mats;
   static constexpr int k32 = bk / 32;  // activation groups per step
   static constexpr bool k16 = stage::group_elems == 16;
-  static_assert(threads == 128 && bm == 64 && bn == 64 && bk == 128, "the mapping below is written for this tile");
-  static constexpr uint32_t magic_bits = 0x4b400000u;  // 1.5 * 2^23
+  static_assert(threads == 128 && bm == 64 && (bn == 64 || bn == 32) && bk == 128,
+                "the mapping below is written for these tiles");
+  static constexpr int warp_tokens = bn / 2, n_nt = warp_tokens / 8;  // tokens, n8 tiles per warp
+  static constexpr int x_chunks = bn * 8 / threads;                   // plane chunks per thread and step
+  static constexpr int x_groups = bn * k32 / threads;                 // group records per thread and step
+  static constexpr uint32_t magic_bits = 0x4b400000u;                 // 1.5 * 2^23
   static constexpr float magic = 12582912.0f;
 
   struct params {
     const uint8_t* w;           // [rows][row_bytes] (the gate for swiglu)
     const uint8_t* maybe_w_up;  // swiglu: the up matrix, else null
     int64_t row_bytes;
-    quant::act8x2_view x;  // [n_tokens][cols]
-    float* y;              // [n_tokens][rows]
+    quant::act8x2_view x;  // [n_tokens][cols] (rows as gemm_rows Rows reads them)
+    float* y;              // [n_tokens][rows] (rows as Rows writes them)
     int64_t rows, cols, n_tokens;
+    gemm_groups groups;  // grouped Rows only: the MoE grouping (w, maybe_w_up: expert 0)
   };
   struct shared_storage {
     uint8_t w[bm][bk];                     // int8 quants, swizzled chunks
@@ -82,7 +93,8 @@ struct gemm_i8_kernel {
     float xg[2][k32][2 * bn];              // [group][token]: scale, sum (act8x2_group)
   };
   static dim3 grid(const params& p) {
-    return dim3(unsigned(ceil_div<int64_t>(p.n_tokens, bn)), unsigned(ceil_div<int64_t>(p.rows, out_rows)));
+    const int64_t tiles = gemm_rows_grouped<Rows> ? p.groups.max_tiles : ceil_div<int64_t>(p.n_tokens, bn);
+    return dim3(unsigned(tiles), unsigned(ceil_div<int64_t>(p.rows, out_rows)));
   }
 
   // Byte offset of chunk c (0..7) of shared row r.
@@ -90,14 +102,17 @@ struct gemm_i8_kernel {
 
   Q35_DEVICE void operator()(const params& p, shared_storage& s) const {
     const int t = arch::thread_rank(), lane = t & 31, warp = t >> 5;
-    const int64_t tok0 = int64_t(arch::block_idx().x) * bn, row0 = int64_t(arch::block_idx().y) * out_rows;
+    const gemm_tile tile = resolve_gemm_tile<Rows, bn>(p.groups, p.n_tokens, int64_t(arch::block_idx().x));
+    if (tile.n <= 0) return;  // the whole block
+    const int64_t row0 = int64_t(arch::block_idx().y) * out_rows;
     const int n_steps = int(ceil_div<int64_t>(p.cols, bk));
 
     // this thread's weight staging: shared row sr, elements [64 half, 64 half + 64) of each step
     const int sr = t >> 1, half = t & 1;
     const int slice = sr / 16, mat = n_mats == 2 ? slice % 2 : 0;
     const int64_t wrow = n_mats == 2 ? row0 + (slice / 2) * 16 + sr % 16 : row0 + sr;
-    const uint8_t* wbase = wrow < p.rows ? (mat == 0 ? p.w : p.maybe_w_up) + wrow * p.row_bytes : nullptr;
+    const uint8_t* wbase =
+        wrow < p.rows ? (mat == 0 ? p.w : p.maybe_w_up) + tile.w_offset_bytes + wrow * p.row_bytes : nullptr;
     typename stage::raw raw;
     auto load_w = [&](int step) {
       const int64_t e0 = int64_t(step) * bk + 64 * half;
@@ -117,31 +132,45 @@ struct gemm_i8_kernel {
             vec16<uint32_t>{{q[4 * c], q[4 * c + 1], q[4 * c + 2], q[4 * c + 3]}};
       *reinterpret_cast<vec16<float>*>(&s.wf[sr][4 * half]) = vec16<float>{{f[0], f[1], f[2], f[3]}};
     };
-    // activations of one step into buffer b: 4 + 4 chunks of the planes and 2 group records per thread
+    // the x rows this thread stages (-1 past the tile): plane chunk rows (t + 128 i) / 8, group
+    // record rows (t + 128 i) % bn, the same for every step
+    int64_t xrow[x_chunks], grow[x_groups];
+    Q35_UNROLL
+    for (int i = 0; i < x_chunks; ++i) {
+      const int r = (t + threads * i) >> 3;
+      xrow[i] = r < tile.n ? gemm_x_row<Rows>(p.groups, tile, r) : -1;
+    }
+    Q35_UNROLL
+    for (int i = 0; i < x_groups; ++i) {
+      const int r = (t + threads * i) % bn;
+      grow[i] = r < tile.n ? gemm_x_row<Rows>(p.groups, tile, r) : -1;
+    }
+    // activations of one step into buffer b: x_chunks + x_chunks chunks of the planes and x_groups
+    // group records per thread
     auto stage_x = [&](int step, int b) {
       const int64_t k0 = int64_t(step) * bk;
       Q35_UNROLL
-      for (int i = 0; i < 4; ++i) {
+      for (int i = 0; i < x_chunks; ++i) {
         const int idx = t + threads * i, r = idx >> 3, c = idx & 7;
-        const int64_t tok = tok0 + r, k = k0 + 16 * c;
-        const bool in = tok < p.n_tokens && k < p.cols;
-        const int64_t off = in ? tok * p.cols + k : 0;
+        const int64_t k = k0 + 16 * c;
+        const bool in = xrow[i] >= 0 && k < p.cols;
+        const int64_t off = in ? xrow[i] * p.cols + k : 0;
         arch::cp_async_zfill<16>(&s.xh[b][r][swz(r, c)], p.x.hi + off, in ? 16 : 0);
         arch::cp_async_zfill<16>(&s.xl[b][r][swz(r, c)], p.x.lo + off, in ? 16 : 0);
       }
       Q35_UNROLL
-      for (int i = 0; i < 2; ++i) {
+      for (int i = 0; i < x_groups; ++i) {
         const int idx = t + threads * i, r = idx % bn, g = idx / bn;
-        const int64_t tok = tok0 + r, gi = k0 / 32 + g;
-        const bool in = tok < p.n_tokens && gi < p.cols / 32;
-        arch::cp_async_zfill<8>(&s.xg[b][g][2 * r], p.x.groups + (in ? tok * (p.cols / 32) + gi : 0), in ? 8 : 0);
+        const int64_t gi = k0 / 32 + g;
+        const bool in = grow[i] >= 0 && gi < p.cols / 32;
+        arch::cp_async_zfill<8>(&s.xg[b][g][2 * r], p.x.groups + (in ? grow[i] * (p.cols / 32) + gi : 0), in ? 8 : 0);
       }
       arch::cp_async_commit();
     };
 
-    // warp tile: shared rows 32 wr + [0, 32), tokens 32 wt + [0, 32)
+    // warp tile: shared rows 32 wr + [0, 32), tokens warp_tokens wt + [0, warp_tokens)
     const int wr = warp >> 1, wt = warp & 1, gq = lane >> 2, tq = lane & 3;
-    float acc[2][4][4] = {};
+    float acc[2][n_nt][4] = {};
     const arch::mma_c_s32_16x8 cmagic{
         {int32_t(magic_bits), int32_t(magic_bits), int32_t(magic_bits), int32_t(magic_bits)}};
 
@@ -165,15 +194,15 @@ struct gemm_i8_kernel {
           const int r = 32 * wr + 16 * mi + (lane & 7) + 8 * ((lane >> 3) & 1), c = 2 * kq + (lane >> 4);
           arch::ldmatrix_x4(a[mi].r, &s.w[r][swz(r, c)]);
         }
-        uint32_t bh[2][4], bl[2][4];  // [n-tile pair][b0, b1 of tile 2 np, b0, b1 of tile 2 np + 1]
+        uint32_t bh[n_nt / 2][4], bl[n_nt / 2][4];  // [n-tile pair][b0, b1 of tile 2 np, b0, b1 of 2 np + 1]
         Q35_UNROLL
-        for (int np = 0; np < 2; ++np) {
-          const int r = 32 * wt + 16 * np + (lane & 7) + 8 * (lane >> 4), c = 2 * kq + ((lane >> 3) & 1);
+        for (int np = 0; np < n_nt / 2; ++np) {
+          const int r = warp_tokens * wt + 16 * np + (lane & 7) + 8 * (lane >> 4), c = 2 * kq + ((lane >> 3) & 1);
           arch::ldmatrix_x4(bh[np], &s.xh[b][r][swz(r, c)]);
           arch::ldmatrix_x4(bl[np], &s.xl[b][r][swz(r, c)]);
         }
         // the weight factors of this lane's rows 32 wr + 16 mi + gq + 8 h, the activation records
-        // of its tokens 32 wt + 8 ni + 2 tq + {0, 1}
+        // of its tokens warp_tokens wt + 8 ni + 2 tq + {0, 1}
         vec<float, 2> wfac[2][2];
         Q35_UNROLL
         for (int mi = 0; mi < 2; ++mi) {
@@ -182,8 +211,9 @@ struct gemm_i8_kernel {
             wfac[mi][h] = *reinterpret_cast<const vec<float, 2>*>(&s.wf[32 * wr + 16 * mi + gq + 8 * h][2 * kq]);
         }
         Q35_UNROLL
-        for (int ni = 0; ni < 4; ++ni) {
-          const vec16<float> xr = *reinterpret_cast<const vec16<float>*>(&s.xg[b][kq][2 * (32 * wt + 8 * ni + 2 * tq)]);
+        for (int ni = 0; ni < n_nt; ++ni) {
+          const vec16<float> xr =
+              *reinterpret_cast<const vec16<float>*>(&s.xg[b][kq][2 * (warp_tokens * wt + 8 * ni + 2 * tq)]);
           Q35_UNROLL
           for (int mi = 0; mi < 2; ++mi) {
             if constexpr (!k16) {
@@ -242,22 +272,28 @@ struct gemm_i8_kernel {
       arch::sync_block();  // the next step overwrites the weight tile and this activation buffer
     }
 
-    // epilogue: lane element e of tile (mi, ni) is shared row 32 wr + 16 mi + gq + 8 (e >> 1), token
-    // 32 wt + 8 ni + 2 tq + (e & 1); for swiglu mi = 0 is the gate and mi = 1 the up row of one output
+    // epilogue: lane element e of tile (mi, ni) is shared row 32 wr + 16 mi + gq + 8 (e >> 1), tile
+    // token warp_tokens wt + 8 ni + 2 tq + (e & 1); for swiglu mi = 0 is the gate and mi = 1 the up
+    // row of one output
     Q35_UNROLL
-    for (int ni = 0; ni < 4; ++ni) {
+    for (int ni = 0; ni < n_nt; ++ni) {
       Q35_UNROLL
-      for (int e = 0; e < 4; ++e) {
-        const int64_t tok = tok0 + 32 * wt + 8 * ni + 2 * tq + (e & 1);
-        if (tok >= p.n_tokens) continue;
-        if constexpr (n_mats == 2) {
-          const int64_t row = row0 + 16 * wr + gq + 8 * (e >> 1);
-          if (row < p.rows) ops::apply_epilogue<Epilogue>(p.y + tok * p.rows + row, acc[0][ni][e], acc[1][ni][e]);
-        } else {
-          Q35_UNROLL
-          for (int mi = 0; mi < 2; ++mi) {
-            const int64_t row = row0 + 32 * wr + 16 * mi + gq + 8 * (e >> 1);
-            if (row < p.rows) ops::apply_epilogue<Epilogue>(p.y + tok * p.rows + row, acc[mi][ni][e], 0.0f);
+      for (int c = 0; c < 2; ++c) {
+        const int i = warp_tokens * wt + 8 * ni + 2 * tq + c;
+        if (i >= tile.n) continue;
+        float* y = p.y + gemm_y_row<Rows>(p.groups, tile, i) * p.rows;
+        Q35_UNROLL
+        for (int h = 0; h < 2; ++h) {
+          const int e = 2 * h + c;
+          if constexpr (n_mats == 2) {
+            const int64_t row = row0 + 16 * wr + gq + 8 * h;
+            if (row < p.rows) ops::apply_epilogue<Epilogue>(y + row, acc[0][ni][e], acc[1][ni][e]);
+          } else {
+            Q35_UNROLL
+            for (int mi = 0; mi < 2; ++mi) {
+              const int64_t row = row0 + 32 * wr + 16 * mi + gq + 8 * h;
+              if (row < p.rows) ops::apply_epilogue<Epilogue>(y + row, acc[mi][ni][e], 0.0f);
+            }
           }
         }
       }

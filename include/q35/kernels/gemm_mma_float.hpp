@@ -24,7 +24,8 @@
 // finite (|x| > (2 - 2^-8) 2^127) overflow the hi part; NaN propagates (a NaN or inf part zeroes the later parts, so
 // inf stays inf).
 //
-// Thread mapping: a block of 4 warps owns BN weight rows x 32 tokens (BN = 128 for F16/BF16: warp w
+// Thread mapping: a block of 4 warps owns BN weight rows x 32 tokens (or 32 sorted pairs of one
+// expert: the MoE grouped GEMM, kernels/gemm_rows.hpp) (BN = 128 for F16/BF16: warp w
 // computes rows 32 w .. +32 x all 32 tokens as 2 x 4 m16n8 tiles; BN = 64 for F32: rows 32 (w % 2),
 // tokens 16 (w / 2) .. +16, 2 x 2 tiles; A = W rows, B = X^T). Staging per 32-column K step: thread t
 // copies the 16-byte chunks c = t + 128 h of the [BN][32] weight tile (row c / 4,
@@ -50,6 +51,7 @@
 #include "q35/core/dim3.hpp"
 #include "q35/core/numeric.hpp"
 #include "q35/core/vec.hpp"
+#include "q35/kernels/gemm_rows.hpp"
 #include "q35/ops/epilogue.hpp"
 #include "q35/quant/formats.hpp"
 
@@ -118,7 +120,8 @@ struct gemm_mma_float_policy {
   static constexpr int tile_k = 32;       // columns per K step
 };
 
-template <class Format, ops::epilogue Epilogue, class Policy = gemm_mma_float_policy<Format>>
+template <class Format, ops::epilogue Epilogue, gemm_rows Rows = gemm_rows::dense,
+          class Policy = gemm_mma_float_policy<Format>>
 struct gemm_mma_float_kernel {
   using split = mma_float_split<Format>;
   using part = typename split::part;
@@ -142,9 +145,10 @@ struct gemm_mma_float_kernel {
   struct params {
     const block* w;           // [rows][cols] (w_gate for swiglu), 16-byte aligned
     const block* maybe_w_up;  // swiglu: [rows][cols], else null
-    const float* x;           // [n_tokens][cols] row-major, 16-byte aligned
-    float* y;                 // [n_tokens][rows] row-major
+    const float* x;           // [n_tokens][cols] row-major, 16-byte aligned (rows as gemm_rows Rows reads them)
+    float* y;                 // [n_tokens][rows] row-major (rows as Rows writes them)
     int64_t rows, cols, n_tokens;
+    gemm_groups groups;  // grouped Rows only: the MoE grouping (w, maybe_w_up: expert 0)
   };
   struct alignas(16) stage {
     uint16_t w[n_mats][w_parts][bn][ld];  // weight parts, [row][k]
@@ -157,7 +161,8 @@ struct gemm_mma_float_kernel {
   // The token tiles of one row tile run next to each other (blockIdx.x), so each weight tile comes
   // from DRAM about once per call and from L2 for its other token tiles.
   static dim3 grid(const params& p) {
-    return dim3(unsigned(ceil_div<int64_t>(p.n_tokens, bm)), unsigned(ceil_div<int64_t>(p.rows, bn)));
+    const int64_t tiles = gemm_rows_grouped<Rows> ? p.groups.max_tiles : ceil_div<int64_t>(p.n_tokens, bm);
+    return dim3(unsigned(tiles), unsigned(ceil_div<int64_t>(p.rows, bn)));
   }
 
   // Register staging of one K step: the thread's 8 activations and (F32) w_per_thread x 8 weights per matrix.
@@ -166,27 +171,31 @@ struct gemm_mma_float_kernel {
     float w[Format::id == quant::type_id::f32 ? n_mats : 1][w_per_thread][8];
   };
 
-  static Q35_DEVICE const block* mat(const params& p, int m) { return m == 0 ? p.w : p.maybe_w_up; }
+  // Matrix m of the tile's expert (dense: w or maybe_w_up itself).
+  static Q35_DEVICE const block* mat(const params& p, const gemm_tile& tile, int m) {
+    return reinterpret_cast<const block*>(reinterpret_cast<const uint8_t*>(m == 0 ? p.w : p.maybe_w_up) +
+                                          tile.w_offset_bytes);
+  }
 
-  // This thread's staging sources at K step 0 (null outside the matrix): x of token t / 4 and the
-  // weight rows (t + 128 h) / 4, all at column 8 q, q = t % 4; a step adds its k0.
+  // This thread's staging sources at K step 0 (null outside the matrix): x of tile token t / 4 and
+  // the weight rows (t + 128 h) / 4, all at column 8 q, q = t % 4; a step adds its k0.
   struct sources {
     const float* x;
     const block* w[n_mats][w_per_thread];
     int col;  // 8 q
   };
-  static Q35_DEVICE sources make_sources(const params& p, int64_t row0, int64_t tok0) {
+  static Q35_DEVICE sources make_sources(const params& p, int64_t row0, const gemm_tile& tile) {
     const int t = arch::thread_rank();
     sources src;
     src.col = 8 * (t % chunks);
-    const int64_t tok = tok0 + t / chunks;
-    src.x = tok < p.n_tokens ? p.x + tok * p.cols + src.col : nullptr;
+    const int i = t / chunks;
+    src.x = i < tile.n ? p.x + gemm_x_row<Rows>(p.groups, tile, i) * p.cols + src.col : nullptr;
     Q35_UNROLL
     for (int m = 0; m < n_mats; ++m) {
       Q35_UNROLL
       for (int h = 0; h < w_per_thread; ++h) {
         const int64_t row = row0 + (t + h * threads) / chunks;
-        src.w[m][h] = row < p.rows ? mat(p, m) + row * p.cols + src.col : nullptr;
+        src.w[m][h] = row < p.rows ? mat(p, tile, m) + row * p.cols + src.col : nullptr;
       }
     }
     return src;
@@ -358,12 +367,14 @@ struct gemm_mma_float_kernel {
 
   Q35_DEVICE void operator()(const params& p, shared_storage& s) const {
     const int lane = arch::lane_id(), warp = arch::warp_id();
-    const int64_t row0 = int64_t(arch::block_idx().y) * bn, tok0 = int64_t(arch::block_idx().x) * bm;
+    const gemm_tile tt = resolve_gemm_tile<Rows, bm>(p.groups, p.n_tokens, int64_t(arch::block_idx().x));
+    if (tt.n <= 0) return;  // the whole block
+    const int64_t row0 = int64_t(arch::block_idx().y) * bn;
     const int64_t n_steps = ceil_div<int64_t>(p.cols, bk);
     constexpr bool async_w = Format::id != quant::type_id::f32;
     arch::mma_c_f32_16x8 acc[n_mats][2][n_nt] = {};
     regs g;
-    const sources src = make_sources(p, row0, tok0);
+    const sources src = make_sources(p, row0, tt);
 
     if constexpr (async_w) {
       issue_w(p, src, 0, s.st[0]);
@@ -410,16 +421,22 @@ struct gemm_mma_float_kernel {
     }
 
     Q35_UNROLL
-    for (int mt = 0; mt < 2; ++mt) {
+    for (int nt = 0; nt < n_nt; ++nt) {
       Q35_UNROLL
-      for (int nt = 0; nt < n_nt; ++nt) {
+      for (int c = 0; c < 2; ++c) {
+        // elements 2 h + c of the lane's tiles: tile token 8 nt + 2 (lane % 4) + c of the warp's
+        const int i = warp_tokens * (warp / warps_r) + 8 * nt + arch::mma_c_f32_16x8::coord(lane, c).col;
+        if (i >= tt.n) continue;
+        float* y = p.y + gemm_y_row<Rows>(p.groups, tt, i) * p.rows;
         Q35_UNROLL
-        for (int i = 0; i < 4; ++i) {
-          const arch::mma_coord at = arch::mma_c_f32_16x8::coord(lane, i);
-          const int64_t row = row0 + warp_rows * (warp % warps_r) + 16 * mt + at.row;
-          const int64_t tok = tok0 + warp_tokens * (warp / warps_r) + 8 * nt + at.col;
-          if (tok < p.n_tokens && row < p.rows)
-            ops::apply_epilogue<Epilogue>(p.y + tok * p.rows + row, acc[0][mt][nt].r[i], acc[n_mats - 1][mt][nt].r[i]);
+        for (int mt = 0; mt < 2; ++mt) {
+          Q35_UNROLL
+          for (int h = 0; h < 2; ++h) {
+            const int e = 2 * h + c;
+            const int64_t row =
+                row0 + warp_rows * (warp % warps_r) + 16 * mt + arch::mma_c_f32_16x8::coord(lane, e).row;
+            if (row < p.rows) ops::apply_epilogue<Epilogue>(y + row, acc[0][mt][nt].r[e], acc[n_mats - 1][mt][nt].r[e]);
+          }
         }
       }
     }

@@ -12,7 +12,7 @@
 
 namespace q35::kernels {
 
-// Sorted pairs per grouped-GEMM tile (moe_grouped_kernel's tile_tokens).
+// Sorted pairs per grouped-GEMM tile (kernels/gemm_rows.hpp: the tensor-core GEMMs' grouped tile).
 inline constexpr int moe_group_tile = 32;
 
 namespace detail {

@@ -7,8 +7,10 @@
 // launches (plus a memset of the router's tile counters) when the shared expert has the routed
 // experts' formats, 5 when not (its gate+up and down then run through launch::matmul). Prefill
 // path (more than moe_decode_max_tokens tokens): router, grouping by expert (launch::moe_group:
-// CUB radix sort on CUDA), a grouped GEMM per projection, the shared expert through launch::matmul,
-// and a combination back to token order in a fixed summation order.
+// CUB radix sort on CUDA), a grouped tensor-core GEMM per projection (the dense GEMMs' tiles over
+// each expert's sorted pairs, kernels/gemm_rows.hpp: int8 for the GGUF integer formats on the
+// GEMV's 16-bit activations, split fp16/bf16 for F16/BF16/F32), the shared expert through
+// launch::matmul, and a combination back to token order in a fixed summation order.
 #pragma once
 
 #include <algorithm>
@@ -18,9 +20,12 @@
 
 #include "q35/arch/memory.hpp"
 #include "q35/core/status.hpp"
+#include "q35/kernels/gemm_i8.hpp"
+#include "q35/kernels/gemm_mma_float.hpp"
+#include "q35/kernels/gemm_rows.hpp"
 #include "q35/kernels/moe.hpp"
+#include "q35/kernels/moe_combine.hpp"
 #include "q35/kernels/moe_group.hpp"
-#include "q35/kernels/moe_grouped.hpp"
 #include "q35/launch/ffn.hpp"
 #include "q35/launch/launch.hpp"
 #include "q35/launch/matmul.hpp"
@@ -126,7 +131,8 @@ struct moe_layout {
   size_t counters, logits, ids, weights, gate, act, sh_act, sh_y;
   size_t x16, act16, sh_act16;  // decode only: x, act and sh_act quantized for the GEMV engine's integer path
   size_t sorted_pairs, offsets, tile_starts, group_temp, y;
-  size_t mm;  // grouped only: the shared expert's matmul scratch (its activations for the tensor-core GEMM)
+  size_t x8, act8;  // grouped only: x and act split for the int8 tensor-core GEMM (quant/act8x2.hpp)
+  size_t mm;        // grouped only: the shared expert's matmul scratch (its activations for the tensor-core GEMM)
   size_t total;
 };
 template <int = 0>
@@ -160,6 +166,11 @@ inline moe_layout moe_plan(const ffn_shape& s, int64_t n) {
   l.tile_starts = take(pairs ? e1 * sizeof(int32_t) : 0);  // [E + 1]
   l.group_temp = take(pairs ? moe_group_temp_bytes(int32_t(pairs), s.n_experts) : 0);
   l.y = take(pairs * size_t(s.n_embd) * sizeof(float));  // [n * k][n_embd] expert outputs, pair order
+  const auto a8 = [&](int64_t cols, int64_t rows) {
+    return pairs && cols % quant::act16_group_elems == 0 ? quant::act8x2_bytes(cols, rows) : 0;
+  };
+  l.x8 = take(a8(s.n_embd, n));                        // [n][n_embd]
+  l.act8 = take(a8(s.expert_ff_dim, n * int64_t(k)));  // [n * k][expert_ff], sorted order
   l.mm = take(pairs && s.shared_ff_dim > 0
                   ? std::max(matmul_workspace_bytes(s.n_embd, n), matmul_workspace_bytes(s.shared_ff_dim, n))
                   : 0);
@@ -239,7 +250,52 @@ inline status validate_moe(const ffn_layer_args& a, const moe_weights& w) {
   return status::success();
 }
 
+// Whether the grouped (prefill) path runs these expert matrices on the int8 tensor-core GEMM (a
+// GGUF integer format: its dots then read 16-bit integer activations), else on the split-float one.
+inline bool moe_grouped_gemm_i8_path(const quant::weight_view& w) {
+  bool yes = false;
+  (void)quant::with_format(w.type, [&](auto tag) { yes = gemm_i8_supports<typename decltype(tag)::type>; });
+  return yes;
+}
+
 namespace detail {
+// One projection of the grouped path over the pairs grouped in g: Rows = moe_gate_up,
+// y[s] = silu(W_gate[e] x[pair_s / k]) * (W_up[e] x[pair_s / k]) in sorted order; moe_down,
+// y[pair_s] = W_down[e] x[s]. x8: x split (the integer formats read it), else x is read.
+template <kernels::gemm_rows Rows>
+status moe_grouped_projection(const char* name, const quant::weight_view& w, const quant::weight_view& maybe_up,
+                              const float* x, const quant::act8x2_view& x8, float* y, int64_t n_x_rows,
+                              const kernels::gemm_groups& g, stream_t stream) {
+  constexpr ops::epilogue ep = Rows == kernels::gemm_rows::moe_gate_up ? ops::epilogue::swiglu : ops::epilogue::store;
+  return quant::with_format(w.type, [&](auto tag) -> status {
+    using F = typename decltype(tag)::type;
+    const auto* w0 = static_cast<const uint8_t*>(w.data);
+    const auto* up0 = static_cast<const uint8_t*>(maybe_up.data);
+    // the weights' loads: 16 bytes (Q4_K, Q5_K, the float formats), else the block's alignment
+    constexpr size_t align =
+        !gemm_i8_supports<F> || sizeof(typename F::block) % 16 == 0 ? 16 : alignof(typename F::block);
+    if ((reinterpret_cast<uintptr_t>(w0) | reinterpret_cast<uintptr_t>(up0) | uintptr_t(g.expert_stride_bytes)) %
+            align !=
+        0)
+      return bad_ffn("moe_ffn", std::string(name) + ": the " + F::name + " experts (or their stride of " +
+                                    std::to_string(g.expert_stride_bytes) + " bytes) are not " + std::to_string(align) +
+                                    "-byte aligned for the grouped GEMM");
+    if constexpr (gemm_i8_supports<F>) {
+      using kernel = kernels::gemm_i8_kernel<F, ep, Rows>;
+      return launch<kernel>(typename kernel::params{w0, up0, F::row_bytes(w.cols), x8, y, w.rows, w.cols, n_x_rows, g},
+                            stream);
+    } else {
+      static_assert(mma_float_format<F>, "every weight format has a tensor-core GEMM");
+      using kernel = kernels::gemm_mma_float_kernel<F, ep, Rows>;
+      using block = typename F::block;
+      return launch<kernel>(
+          typename kernel::params{reinterpret_cast<const block*>(w0), reinterpret_cast<const block*>(up0), x, y, w.rows,
+                                  w.cols, n_x_rows, g},
+          stream);
+    }
+  });
+}
+
 // The prefill path after routing: group the pairs by expert, run each expert over its pairs as a
 // grouped GEMM (gate+up SwiGLU, then down), the shared expert as dense GEMMs, and combine.
 template <int = 0>
@@ -264,11 +320,16 @@ inline status moe_grouped(const ffn_layer_args& a, const moe_weights& w, const m
   g.temp = ws + l.group_temp, g.temp_bytes = l.y - l.group_temp;
   Q35_TRY(moe_group(g, stream));
 
+  // x split once for the integer-format GEMMs that read it (the routed gate/up, the shared gate/up)
+  quant::act8x2_view x8;
+  const bool sh_i8 = shared && matmul_gemm_i8_path(w.shexp_gate, a.n_tokens);
+  if (moe_grouped_gemm_i8_path(w.gate_exps) || sh_i8)
+    Q35_TRY(quantize_act8x2(a.x, a.n_tokens, s.n_embd, ws + l.x8, l.act8 - l.x8, x8, stream));
   if (shared) {
     // sh_y = W_sh_down (silu(W_sh_gate x) * (W_sh_up x))
     matmul_args m;
     m.w = w.shexp_gate, m.maybe_w_up = w.shexp_up, m.x = a.x, m.y = sh_act, m.n_tokens = a.n_tokens;
-    m.epilogue = ops::epilogue::swiglu;
+    m.epilogue = ops::epilogue::swiglu, m.maybe_x8 = x8;
     m.maybe_workspace = ws + l.mm, m.workspace_bytes = l.total - l.mm;
     Q35_TRY(matmul(m, stream));
     matmul_args d;
@@ -276,30 +337,21 @@ inline status moe_grouped(const ffn_layer_args& a, const moe_weights& w, const m
     d.maybe_workspace = ws + l.mm, d.workspace_bytes = l.total - l.mm;
     Q35_TRY(matmul(d, stream));
   }
-  const int32_t max_tiles = int32_t(ceil_div<int64_t>(n_pairs, kernels::moe_group_tile) + s.n_experts);
+  kernels::gemm_groups groups;
+  groups.sorted_pairs = sorted_pairs, groups.offsets = offsets, groups.tile_starts = tile_starts;
+  groups.k = s.n_experts_used, groups.n_experts = s.n_experts;
+  groups.max_tiles = int32_t(ceil_div<int64_t>(n_pairs, kernels::moe_group_tile) + s.n_experts);
   // act[i] = silu(W_gate[e] x[pair_i / k]) * (W_up[e] x[pair_i / k]) in sorted order
-  Q35_TRY(quant::with_format(w.gate_exps.type, [&](auto tag) -> status {
-    using kernel = kernels::moe_grouped_kernel<typename decltype(tag)::type, kernels::moe_grouped_mode::gate_up>;
-    typename kernel::params p{};
-    p.w = static_cast<const uint8_t*>(w.gate_exps.data);
-    p.up_offset_bytes = static_cast<const uint8_t*>(w.up_exps.data) - p.w;
-    p.expert_stride_bytes = w.gate_exps.stride_bytes();
-    p.x = a.x, p.y = act, p.sorted_pairs = sorted_pairs, p.offsets = offsets, p.tile_starts = tile_starts;
-    p.rows = s.expert_ff_dim, p.cols = s.n_embd, p.k = s.n_experts_used, p.n_experts = s.n_experts;
-    p.max_tiles = max_tiles;
-    return launch<kernel>(p, stream);
-  }));
+  groups.expert_stride_bytes = w.gate_exps.stride_bytes();
+  Q35_TRY(moe_grouped_projection<kernels::gemm_rows::moe_gate_up>("gate_exps", w.gate_exps, w.up_exps, a.x, x8, act,
+                                                                  a.n_tokens, groups, stream));
   // y[pair_i] = W_down[e] act[i]
-  Q35_TRY(quant::with_format(w.down_exps.type, [&](auto tag) -> status {
-    using kernel = kernels::moe_grouped_kernel<typename decltype(tag)::type, kernels::moe_grouped_mode::down>;
-    typename kernel::params p{};
-    p.w = static_cast<const uint8_t*>(w.down_exps.data);
-    p.expert_stride_bytes = w.down_exps.stride_bytes();
-    p.x = act, p.y = y, p.sorted_pairs = sorted_pairs, p.offsets = offsets, p.tile_starts = tile_starts;
-    p.rows = s.n_embd, p.cols = s.expert_ff_dim, p.k = s.n_experts_used, p.n_experts = s.n_experts;
-    p.max_tiles = max_tiles;
-    return launch<kernel>(p, stream);
-  }));
+  quant::act8x2_view act8;
+  if (moe_grouped_gemm_i8_path(w.down_exps))
+    Q35_TRY(quantize_act8x2(act, n_pairs, s.expert_ff_dim, ws + l.act8, l.mm - l.act8, act8, stream));
+  groups.expert_stride_bytes = w.down_exps.stride_bytes();
+  Q35_TRY(moe_grouped_projection<kernels::gemm_rows::moe_down>("down_exps", w.down_exps, {}, act, act8, y, n_pairs,
+                                                               groups, stream));
   // h += sum_j w_j y_j + gate * sh_y
   kernels::moe_combine_kernel::params c{y,
                                         ids,
