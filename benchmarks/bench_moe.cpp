@@ -1,8 +1,10 @@
 // A Qwen3.5-35B-A3B MoE FFN layer (n_embd 2048, 256 experts of width 512, top-8, a shared expert
-// of width 512; experts in Q4_K, router in F32) through launch::moe_ffn at batch 1, 8, 64 and 512:
-// time, and bytes over the experts actually read (the distinct experts the router picked, averaged
-// over the rotated inputs, plus the shared expert, router and activations) as GB/s and % of the
-// measured copy bandwidth. At batch 1 and 8 each of the three decode launches is timed alone too.
+// of width 512; experts in Q4_K, router in F32) through launch::moe_ffn at batch 1, 8, 64, 512 and
+// 4096: time, and bytes over the experts actually read (the distinct experts the router picked,
+// averaged over the rotated inputs, plus the shared expert, router and activations) as GB/s and % of
+// the measured copy bandwidth; past 8 tokens (the grouped tensor-core GEMMs) also TFLOPS of the
+// expert products (2 n_embd ff per matrix, k + 1 experts of 3 matrices per token). At batch 1 and 8
+// each of the three decode launches is timed alone too.
 // Weights: two copies (~1.8 GB), alternated every call, and 16 inputs with their own routing, so
 // the experts of one call are rarely still in L2 (~6 % overlap for random routing).
 #include <algorithm>
@@ -143,6 +145,10 @@ void bm_moe(benchmark::State& state) {
   });
   bench::report_bytes(state, bytes);
   state.counters["distinct_experts"] = distinct;
+  if (Stage == moe_stage::whole && n_tokens > launch::moe_decode_max_tokens) {
+    const double flop = 2.0 * double(n_tokens) * 3 * n_embd * (double(k) * expert_ff + shared_ff);
+    state.counters["TFLOPS"] = benchmark::Counter(flop * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
+  }
   state.SetLabel(bench::device_name() + " 35B-A3B MoE layer, Q4_K experts");
 #endif
 }
@@ -152,6 +158,7 @@ BENCHMARK_TEMPLATE(bm_moe, moe_stage::whole)
     ->Arg(8)
     ->Arg(64)
     ->Arg(512)
+    ->Arg(4096)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_TEMPLATE(bm_moe, moe_stage::router)->Arg(1)->Arg(8)->UseManualTime()->Unit(benchmark::kMicrosecond);

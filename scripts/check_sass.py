@@ -44,11 +44,15 @@ GEMV = re.compile(
 MOE = re.compile(r"(moe_gate_up_kernel|moe_down_kernel)<q35::quant::(\w+)_format, (true|false), ")
 EPILOGUES = ["store", "residual", "swiglu"]
 # The tensor-core prompt GEMMs: kernels/gemm_i8.hpp (GGUF integer formats, IMMA) and
-# kernels/gemm_mma_float.hpp (F32 / F16 / BF16 weights, HMMA): format and epilogue.
+# kernels/gemm_mma_float.hpp (F32 / F16 / BF16 weights, HMMA): format, epilogue and rows (dense, or
+# the MoE grouped GEMM's gate_up / down, kernels/gemm_rows.hpp).
+ROWS = r"(?:, \(q35::kernels::gemm_rows\)(\d))?"
 TENSOR_CORE = [
-    ("gemm_i8", re.compile(r"gemm_i8_kernel<q35::quant::(\w+)_format, \(q35::ops::epilogue\)(\d)"), "IMMA"),
-    ("gemm_mma_float", re.compile(r"gemm_mma_float_kernel<q35::quant::(\w+)_format, \(q35::ops::epilogue\)(\d)"), "HMMA"),
+    ("gemm_i8", re.compile(r"gemm_i8_kernel<q35::quant::(\w+)_format, \(q35::ops::epilogue\)(\d)" + ROWS), "IMMA"),
+    ("gemm_mma_float", re.compile(r"gemm_mma_float_kernel<q35::quant::(\w+)_format, \(q35::ops::epilogue\)(\d)" + ROWS),
+     "HMMA"),
 ]
+GEMM_ROWS = ["dense", "moe_gate_up", "moe_down"]
 # Issued instructions per issued m16n8k16-equivalent mma in the hot loop (IMMA.16832 and HMMA.16816
 # count one, IMMA.16816 and HMMA.1688 half), every epilogue: regression budgets, the measured sm_80 /
 # sm_90 values rounded up (docs/benchmarks.md, "Tensor-core GEMMs", has the derivation). gemm_i8
@@ -60,6 +64,12 @@ TENSOR_CORE = [
 TC_BUDGET = {("gemm_i8", "q4_k"): 18.5, ("gemm_i8", "q5_k"): 19.5, ("gemm_i8", "q8_0"): 17.5,
              ("gemm_i8", "q4_0"): 18.0, ("gemm_i8", "q6_k"): 23.0, ("gemm_mma_float", "bf16"): 5.5,
              ("gemm_mma_float", "f16"): 8.5, ("gemm_mma_float", "f32"): 10.0}
+# The MoE grouped GEMM (tiles of 32 sorted pairs, kernels/gemm_rows.hpp): the int8 kernel stages
+# each weight tile for half the mma of the dense 64-token tile (+1.3-2 per mma, measured sm_80 /
+# sm_90 rounded up); the float kernels' tile is 32 tokens in both forms.
+TC_GROUPED_BUDGET = {("gemm_i8", "q4_k"): 20.0, ("gemm_i8", "q5_k"): 22.0, ("gemm_i8", "q8_0"): 20.0,
+                     ("gemm_i8", "q4_0"): 21.0, ("gemm_i8", "q6_k"): 24.0, ("gemm_mma_float", "bf16"): 5.5,
+                     ("gemm_mma_float", "f16"): 8.5, ("gemm_mma_float", "f32"): 10.0}
 
 
 def narrow_load_extra(load):
@@ -239,10 +249,11 @@ def main():
             continue
         kind, m, key = hit
         fmt, epi = m.group(1), EPILOGUES[int(m.group(2))]
+        rows_kind = GEMM_ROWS[int(m.group(3) or 0)]
         reg, stack, _, local = res.get(mangled, (0, 0, 0, 0))
         local_ops = sum(1 for x in instrs if x[1].startswith(("LDL", "STL")))
         loop = hot_loop(instrs, key)
-        label = f"{kind} {fmt} {epi}"
+        label = f"{kind} {fmt} {epi}" + ("" if rows_kind == "dense" else f" {rows_kind}")
         if not loop:
             failures.append(f"{label}: no loop with {key} instructions")
             continue
@@ -251,7 +262,7 @@ def main():
                   for _, op, _ in body if op.startswith(key))
         per_mma = len(body) / mma
         ldsm = sum(1 for _, op, _ in body if op.startswith("LDSM"))
-        budget = TC_BUDGET.get((kind, fmt))
+        budget = TC_BUDGET.get((kind, fmt)) if rows_kind == "dense" else TC_GROUPED_BUDGET.get((kind, fmt))
         tc_rows.append((label, len(body), mma, per_mma, budget, ldsm, reg, stack + local + local_ops,
                         occupancy(reg, 128)))
         if stack or local or local_ops:
