@@ -1,6 +1,8 @@
 // Paged attention at the Qwen3.5-9B shapes (16 q heads, 4 KV heads, head_dim 256, f16 KV, 16-token
 // pages in shuffled order): decode at contexts 1k-128k for batch 1 and 8 (time, K/V bytes read, % of
-// the measured copy bandwidth; floor = K/V bytes / bandwidth) and prefill of 512 / 2048 tokens.
+// the measured copy bandwidth; floor = K/V bytes / bandwidth) and prefill (attn_prefill_mma_kernel) of
+// 512 / 2048-token prompts and of 512-token chunks after 4k / 16k cached tokens (TFLOPS of the causal
+// Q K^T and P V products, 4 D flops per (row, visible key)).
 // Small caches rotate over several layers' views so every launch reads K/V from HBM. Skips without a GPU.
 #include <algorithm>
 #include <cstdint>
@@ -69,6 +71,12 @@ using namespace q35;
   const double kv_bytes = double(n_seqs) * double(ctx) * n_kv_heads * head_dim * 2 * 2;
   bench::report_bytes(state, kv_bytes);
   state.counters["tokens/s"] = benchmark::Counter(double(n_tokens), benchmark::Counter::kIsIterationInvariantRate);
+  if (n_new > 1) {
+    // token t of a sequence sees ctx - n_new + t + 1 keys
+    const double visible = double(n_seqs) * (double(n_new) * double(ctx - n_new) + 0.5 * double(n_new) * (n_new + 1));
+    state.counters["TFLOPS"] =
+        benchmark::Counter(4.0 * n_heads * head_dim * visible * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
+  }
   state.SetLabel(bench::device_name() + ", " + std::to_string(n_layers) + " layer views rotated");
 #else
   (void)ctx, (void)n_seqs, (void)n_new;
@@ -79,6 +87,10 @@ using namespace q35;
 void bm_attention_decode(benchmark::State& state) { run_attention(state, state.range(0), int(state.range(1)), 1); }
 // args {prompt tokens}: a whole prompt into an empty cache, one sequence
 void bm_attention_prefill(benchmark::State& state) { run_attention(state, state.range(0), 1, int(state.range(0))); }
+// args {context, new tokens}: a chunk of a prompt after the cached rest of it, one sequence
+void bm_attention_prefill_chunk(benchmark::State& state) {
+  run_attention(state, state.range(0), 1, int(state.range(1)));
+}
 
 BENCHMARK(bm_attention_decode)
     ->ArgsProduct({{1024, 8192, 32768, 131072}, {1, 8}})
@@ -86,5 +98,11 @@ BENCHMARK(bm_attention_decode)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(bm_attention_prefill)->Arg(512)->Arg(2048)->ArgName("tokens")->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(bm_attention_prefill_chunk)
+    ->Args({4096, 512})
+    ->Args({16384, 512})
+    ->ArgNames({"ctx", "new"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -24,6 +24,28 @@
 
 namespace q35::kernels {
 
+// The inputs of the paged attention kernels (attn_paged_kernel, attn_prefill_mma_kernel).
+template <class T>
+struct attn_params {
+  const float* qg;                  // [n_tokens][n_heads][2 * HeadDim]: per head [q (normed, roped) | gate]
+  const int32_t* seq_offsets;       // [n_seqs + 1]
+  const int32_t* positions;         // [n_tokens]: the token attends to keys 0 .. position
+  const int32_t* page_row_offsets;  // [n_seqs + 1]
+  const int32_t* page_indices;      // [page_row_offsets[n_seqs]]
+  const int32_t* seq_lens;          // [n_seqs]: keys held by each sequence
+  const T* k_cache;                 // [n_pages][n_kv_heads][page_tokens][HeadDim]
+  const T* v_cache;                 // [n_pages][n_kv_heads][page_tokens][HeadDim]
+  float* out;                       // [n_tokens][n_heads][HeadDim]: o * sigmoid(gate) (n_splits == 1)
+  float* part_o;                    // [n_splits][n_tokens * n_heads][HeadDim]: normalised partial o (n_splits > 1)
+  float* part_lse;                  // [n_splits][n_tokens * n_heads]: log-sum-exp of the scores, -inf if none
+  int64_t n_tokens;
+  int n_heads, n_kv_heads, page_shift;              // page_tokens = 1 << page_shift (attn_paged: a multiple of U)
+  int heads_per_block, n_chunks, tokens_per_block;  // heads_per_block * tokens_per_block <= the kernel's rows
+  int n_splits, split_keys;  // split i: keys [i * split_keys, (i+1) * split_keys) (attn_paged: split_keys % U == 0)
+  int n_seqs, max_seq_tokens;
+  float scale;  // 1 / sqrt(head_dim)
+};
+
 template <class T, int HeadDim, int Rows>
 struct attn_paged_kernel {
   static constexpr int threads = 128;
@@ -35,25 +57,7 @@ struct attn_paged_kernel {
   static constexpr int keys_per_step = Rows >= 8 ? 2 : 4;
   static_assert(lanes >= 8 && (lanes & (lanes - 1)) == 0, "lanes per key: a power of two 8..32");
 
-  struct params {
-    const float* qg;                  // [n_tokens][n_heads][2 * HeadDim]: per head [q (normed, roped) | gate]
-    const int32_t* seq_offsets;       // [n_seqs + 1]
-    const int32_t* positions;         // [n_tokens]: the token attends to keys 0 .. position
-    const int32_t* page_row_offsets;  // [n_seqs + 1]
-    const int32_t* page_indices;      // [page_row_offsets[n_seqs]]
-    const int32_t* seq_lens;          // [n_seqs]: keys held by each sequence
-    const T* k_cache;                 // [n_pages][n_kv_heads][page_tokens][HeadDim]
-    const T* v_cache;                 // [n_pages][n_kv_heads][page_tokens][HeadDim]
-    float* out;                       // [n_tokens][n_heads][HeadDim]: o * sigmoid(gate) (n_splits == 1)
-    float* part_o;                    // [n_splits][n_tokens * n_heads][HeadDim]: normalised partial o (n_splits > 1)
-    float* part_lse;                  // [n_splits][n_tokens * n_heads]: log-sum-exp of the scores, -inf if none
-    int64_t n_tokens;
-    int n_heads, n_kv_heads, page_shift;              // page_tokens = 1 << page_shift, a multiple of U
-    int heads_per_block, n_chunks, tokens_per_block;  // heads_per_block * tokens_per_block <= Rows
-    int n_splits, split_keys;  // split i: keys [i * split_keys, (i+1) * split_keys), split_keys % U == 0
-    int n_seqs, max_seq_tokens;
-    float scale;  // 1 / sqrt(head_dim)
-  };
+  using params = attn_params<T>;
   struct shared_storage {
     float o[n_streams][Rows][HeadDim];  // each stream's unnormalised o
     float m[n_streams][Rows];

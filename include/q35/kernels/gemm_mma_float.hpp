@@ -53,6 +53,7 @@
 #include "q35/core/vec.hpp"
 #include "q35/kernels/gemm_rows.hpp"
 #include "q35/ops/epilogue.hpp"
+#include "q35/ops/float_split.hpp"
 #include "q35/quant/formats.hpp"
 
 namespace q35::kernels {
@@ -78,37 +79,6 @@ struct mma_float_split<quant::f32_format> {
   static constexpr int w_parts = 3, x_parts = 3;
   static constexpr bool scaled = false;
 };
-
-namespace detail {
-
-Q35_DEVICE bool finite_bits(uint32_t b) { return (b & 0x7f800000u) != 0x7f800000u; }
-
-// The 16-bit part nearest v, and its value.
-template <class Part>
-Q35_DEVICE uint16_t part_bits(float v) {
-  return to_bits(from_float<Part>(v));
-}
-template <class Part>
-Q35_DEVICE float part_value(uint16_t b) {
-  if constexpr (std::is_same_v<Part, half>)
-    return arch::f16_bits_to_float(b);
-  else
-    return bf16_bits_to_float(b);
-}
-
-// v = p[0] + p[1] + ... (+ the error of the file header); a non-finite part zeroes the rest.
-template <class Part, int N>
-Q35_DEVICE void split_float(float v, uint16_t (&p)[N]) {
-  float r = v;
-  Q35_UNROLL
-  for (int i = 0; i < N; ++i) {
-    p[i] = part_bits<Part>(r);
-    const float pv = part_value<Part>(p[i]);
-    r = finite_bits(float_bits(pv)) ? r - pv : 0.0f;  // exact (Sterbenz)
-  }
-}
-
-}  // namespace detail
 
 template <class Format>
 struct gemm_mma_float_policy {
@@ -253,7 +223,7 @@ struct gemm_mma_float_kernel {
     Q35_UNROLL
     for (int e = 0; e < 8; ++e) {
       uint16_t pb[N];
-      detail::split_float<part>(v[e], pb);
+      ops::split_float<part>(v[e], pb);
       Q35_UNROLL
       for (int i = 0; i < N; ++i) {
         if (e % 2 == 0)
@@ -277,22 +247,17 @@ struct gemm_mma_float_kernel {
       // e = exponent of max |x| over the token's 32 columns (lanes 4i..4i+3), clamped to [-100, 127]
       uint32_t amax = 0;
       Q35_UNROLL
-      for (int e = 0; e < 8; ++e) {
-        const uint32_t b = float_bits(g.x[e]) & 0x7fffffffu;
-        amax = b > amax ? b : amax;
-      }
+      for (int e = 0; e < 8; ++e) amax = ops::abs_bits_max(amax, g.x[e]);
       Q35_UNROLL
       for (int d = 1; d < chunks; d *= 2) {
         const uint32_t o = arch::shfl_xor(amax, d);
         amax = o > amax ? o : amax;
       }
-      int ex = int(amax >> 23) - 127;
-      ex = ex < -100 ? -100 : ex > 127 ? 127 : ex;
-      // xs = x * 2^(14 - e), inv_scale = 2^(e - 14): both normal floats
-      const float s = bits_float(uint32_t(127 + 14 - ex) << 23);
+      // xs = x * 2^(14 - e), inv_scale = 2^(e - 14)
+      const ops::f16_range fr = ops::f16_range_of(amax);
       Q35_UNROLL
-      for (int e = 0; e < 8; ++e) xs[e] = g.x[e] * s;
-      if (q == 0) st.inv_scale[i] = bits_float(uint32_t(127 - 14 + ex) << 23);
+      for (int e = 0; e < 8; ++e) xs[e] = g.x[e] * fr.mul;
+      if (q == 0) st.inv_scale[i] = fr.unscale;
     }
     {
       uint16_t* dst[x_parts];

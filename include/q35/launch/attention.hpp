@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "q35/arch/memory.hpp"
 #include "q35/core/dispatch.hpp"
@@ -18,6 +19,7 @@
 #include "q35/kernels/attn_append.hpp"
 #include "q35/kernels/attn_merge.hpp"
 #include "q35/kernels/attn_paged.hpp"
+#include "q35/kernels/attn_prefill_mma.hpp"
 #include "q35/kv/kv_pool.hpp"
 #include "q35/launch/launch.hpp"
 #include "q35/launch/matmul.hpp"
@@ -97,8 +99,10 @@ struct attn_core_args {
 inline constexpr int attn_min_split_keys = 64;
 inline constexpr int attn_max_splits = 128;
 inline constexpr int attn_split_row_budget = 256;
-// Rows (token x head) per block of attention_prefill.
+// Rows (token x head) per block of attention_prefill: attn_paged_kernel (f32 KV), and
+// attn_prefill_mma_kernel (f16 / bf16 KV: 4 warps of 16 rows on tensor cores).
 inline constexpr int attn_prefill_rows = 8;
+inline constexpr int attn_prefill_mma_rows = 64;
 
 namespace detail {
 
@@ -109,11 +113,11 @@ inline status bad_attn(const std::string& m) { return error(status_code::invalid
 struct attn_tiling {
   int rows, heads_per_block, n_chunks, tokens_per_block;
 };
-inline attn_tiling tiling(const attn_shape& s, bool prefill) {
+inline attn_tiling tiling(const attn_shape& s, bool prefill, bool mma = false) {
   const int group = s.n_heads / s.n_kv_heads;
   attn_tiling t{};
   if (prefill) {
-    t.rows = attn_prefill_rows;
+    t.rows = mma ? attn_prefill_mma_rows : attn_prefill_rows;
   } else {
     t.rows = 1;
     while (t.rows < group && t.rows < 8) t.rows *= 2;
@@ -278,7 +282,9 @@ template <int = 0>
 inline status run_attention(const attn_core_args& a, bool prefill, stream_t stream) {
   Q35_TRY(validate(a));
   if (a.batch.n_tokens == 0) return status::success();
-  const attn_tiling t = tiling(a.shape, prefill);
+  // prefill with f16 / bf16 KV on tensor cores; decode and f32 KV on attn_paged_kernel
+  const bool mma = prefill && a.kv.type != kv::kv_type::f32;
+  const attn_tiling t = tiling(a.shape, prefill, mma);
   int n_splits = choose_splits(a.shape, a.batch, t);
   // split_keys: whole 4-key groups (so a group never leaves its page); no split left empty by design
   const int64_t per = (a.batch.max_seq_len + n_splits - 1) / n_splits;
@@ -291,9 +297,9 @@ inline status run_attention(const attn_core_args& a, bool prefill, stream_t stre
       attn_align_256(size_t(attn_split_row_budget) * size_t(a.shape.n_heads) * size_t(a.shape.value_dim) * 4));
   Q35_TRY(with_kv_type(a.kv.type, a.shape.head_dim, [&](auto tt, auto d) -> status {
     using T = typename decltype(tt)::type;
-    return dispatch<1, 2, 4, 8>(t.rows, [&](auto rows) -> status {
-      using kernel = kernels::attn_paged_kernel<T, decltype(d)::value, decltype(rows)::value>;
-      typename kernel::params p{};
+    // the two kernels take the same params
+    const auto run = [&]<class Kernel>(std::type_identity<Kernel>) -> status {
+      typename Kernel::params p{};
       p.qg = a.qg, p.seq_offsets = a.batch.seq_offsets, p.positions = a.batch.positions;
       p.page_row_offsets = a.batch.page_row_offsets, p.page_indices = a.batch.page_indices;
       p.seq_lens = a.batch.seq_lens;
@@ -305,7 +311,15 @@ inline status run_attention(const attn_core_args& a, bool prefill, stream_t stre
       p.n_splits = n_splits, p.split_keys = split_keys;
       p.n_seqs = a.batch.n_seqs, p.max_seq_tokens = a.batch.max_seq_tokens;
       p.scale = float(1.0 / std::sqrt(double(a.shape.head_dim)));
-      return launch<kernel>(p, stream);
+      return launch<Kernel>(p, stream);
+    };
+    if constexpr (!std::is_same_v<T, float>) {
+      using mma_kernel = kernels::attn_prefill_mma_kernel<T, decltype(d)::value>;
+      static_assert(mma_kernel::rows == attn_prefill_mma_rows);
+      if (mma) return run(std::type_identity<mma_kernel>{});
+    }
+    return dispatch<1, 2, 4, 8>(t.rows, [&](auto rows) -> status {
+      return run(std::type_identity<kernels::attn_paged_kernel<T, decltype(d)::value, decltype(rows)::value>>{});
     });
   }));
   if (n_splits == 1) return status::success();

@@ -1,0 +1,262 @@
+// attn_prefill_mma_kernel (launch::attention_prefill with f16 / bf16 KV) against the float64 reference,
+// with the K/V the cache holds (exact in their type, so u_kv = 0) and the kernel's own bound (its file
+// header): the score coefficient c_s replaces the fp32 dot's (E + 8) of attend_row, and c_pv u
+// sum_j p_j |v_jd| (+ 2^-40 sum_j |v_jd| for f16's P floor) is added for the P V products.
+//
+// Every case also checks the RMS error of all its outputs relative to their RMS, which sees what the
+// worst-case element bound (dominated by e^(2 eps) - 1 of the score bound) cannot: a dropped split
+// part. Measured on the sim (rounding to nearest): 0.7-1.7e-7 with every part; without the lo part of
+// P or q 1.1-1.7e-4 (f16), without the third bf16 part of P or q 1.3-2.0e-6 (bf16). The sim's limit
+// 2^-21 (4.8e-7) sits between. Tensor cores truncate each mma's sum (<= 2^-23 relative per mma of a
+// chain of N_s <= 48: up to ~6e-6 on the scores), so on a GPU the limit is 2^-16, which still catches
+// a missing f16 lo part (and any single-16-bit rounding of q or P).
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "attn_case.hpp"
+#include "q35/kernels/attn_prefill_mma.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using namespace q35;
+using kv::kv_type;
+
+// The K/V of sequence i's first n tokens read back from the cache (exactly what the kernel reads).
+ref::ref_kv cache_kv(test::attn_case& c, size_t i, int64_t n) {
+  const kv::kv_layer_view view = c.pool.layer(0);
+  const int D = c.shape.head_dim, KV = c.shape.n_kv_heads, P = view.page_tokens;
+  const size_t eb = kv::kv_type_bytes(c.type);
+  const size_t region = size_t(view.n_pages) * size_t(KV * P * D) * eb;
+  std::vector<unsigned char> hk(region), hv(region);
+  Q35_REQUIRE_OK(copy(hk.data(), view.k, region, copy_kind::device_to_host));
+  Q35_REQUIRE_OK(copy(hv.data(), view.v, region, copy_kind::device_to_host));
+  Q35_REQUIRE_OK(synchronize());
+  const auto get = [&](const unsigned char* src) {
+    uint16_t b;
+    std::memcpy(&b, src, 2);
+    return double(c.type == kv_type::f16 ? q35::detail::half_bits_to_float(b) : q35::detail::bf16_bits_to_float(b));
+  };
+  ref::ref_kv r;
+  r.k.resize(size_t(n * KV * D)), r.kmag.resize(r.k.size()), r.v.resize(r.k.size());
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t page = c.alloc.pages(c.seqs[i].id)[size_t(t / P)];
+    for (int h = 0; h < KV; ++h)
+      for (int d = 0; d < D; ++d) {
+        const size_t at = size_t(((page * KV + h) * P + t % P) * D + d) * eb, o = size_t((t * KV + h) * D + d);
+        r.k[o] = get(hk.data() + at);
+        r.kmag[o] = std::fabs(r.k[o]);
+        r.v[o] = get(hv.data() + at);
+      }
+  }
+  return r;
+}
+
+// The kernel's bound constants (see attn_prefill_mma.hpp).
+struct mma_bound {
+  double c_s, c_pv;
+  bool f16;
+};
+template <class T, int D>
+mma_bound bound_of() {
+  using k = kernels::attn_prefill_mma_kernel<T, D>;
+  const int n_s = k::parts * D / 16, n_pv = k::parts * k::tile_keys / 16, split = k::scaled ? 4 : 0;
+  return {34.0 * n_s + 8 + split, 34.0 * n_pv + k::tile_keys / 4 + 7 + split, k::scaled};
+}
+mma_bound bound_of(kv_type t, int D) {
+  if (t == kv_type::f16) return D == 128 ? bound_of<half, 128>() : bound_of<half, 256>();
+  return D == 128 ? bound_of<bf16, 128>() : bound_of<bf16, 256>();
+}
+
+struct check_result {
+  int64_t bad = 0;
+  double rms_rel = 0;
+};
+
+// Checks out (step over `batch` with n_new tokens each) element by element, except the rows listed in
+// skip ({sequence position in batch, token, head}).
+check_result check_mma(test::attn_case& c, const std::vector<float>& out, const std::vector<size_t>& batch,
+                       const std::vector<int64_t>& n_new, const std::vector<std::array<int64_t, 3>>& skip = {}) {
+  const int D = c.shape.head_dim, H = c.shape.n_heads;
+  const mma_bound bd = bound_of(c.type, D);
+  const double u = std::ldexp(1.0, -24);
+  check_result res;
+  double err2 = 0, want2 = 0, worst = 0;
+  int64_t row = 0;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const test::attn_seq& s = c.seqs[batch[b]];
+    const ref::ref_kv kv = cache_kv(c, batch[b], s.len);
+    ref::ref_kv akv = kv;
+    double vmax = 0;
+    for (double& v : akv.v) vmax = std::max(vmax, v = std::fabs(v));
+    for (int64_t t = s.len - n_new[b]; t < s.len; ++t, ++row)
+      for (int h = 0; h < H; ++h) {
+        const float* qp = s.qg.data() + (t * H + h) * 2 * D;
+        const float* got = out.data() + (row * H + h) * D;
+        if (std::find(skip.begin(), skip.end(), std::array<int64_t, 3>{int64_t(b), t, h}) != skip.end()) continue;
+        const auto want = ref::attend_row(qp, qp + D, c.q_norm.data(), kv, c.shape, h, t, 0.0, int(bd.c_s) - 8);
+        const auto mag = ref::attend_row(qp, qp + D, c.q_norm.data(), akv, c.shape, h, t, 0.0, int(bd.c_s) - 8);
+        for (int d = 0; d < D; ++d) {
+          const double w = want[size_t(d)].value;
+          const double tol = want[size_t(d)].tol + bd.c_pv * u * mag[size_t(d)].value +
+                             (bd.f16 ? std::ldexp(1.0, -40) * double(t + 1) * vmax : 0.0);
+          const double err = std::fabs(double(got[d]) - w);
+          worst = std::max(worst, err / tol);
+          err2 += err * err, want2 += w * w;
+          if (!(err <= tol)) {
+            if (res.bad == 0)
+              MESSAGE("first bad: seq " << b << " token " << t << " head " << h << " dim " << d << ": got " << got[d]
+                                        << ", want " << w << " +- " << tol);
+            ++res.bad;
+          }
+        }
+      }
+  }
+  res.rms_rel = want2 > 0 ? std::sqrt(err2 / want2) : 0.0;
+  MESSAGE("worst error / tolerance = " << worst << ", relative RMS error = " << res.rms_rel);
+  return res;
+}
+
+#if Q35_BACKEND_SIM
+constexpr double rms_limit = 0x1p-21;  // see the file header
+#else
+constexpr double rms_limit = 0x1p-16;
+#endif
+
+// Sequences of (cached, new) tokens: the cached ones appended (with attention) in an earlier call,
+// then one prefill step of all the new ones, checked.
+void ragged(int n_kv_heads, int group, int head_dim, kv_type t, int page_tokens,
+            const std::vector<std::pair<int64_t, int64_t>>& lens, int n_splits, uint64_t seed) {
+  CAPTURE(n_kv_heads);
+  CAPTURE(group);
+  CAPTURE(head_dim);
+  const std::string kv_name = kv::to_string(t);
+  CAPTURE(kv_name);
+  CAPTURE(page_tokens);
+  CAPTURE(n_splits);
+  test::attn_case c(n_kv_heads, group, head_dim, head_dim / 4, t, page_tokens, 1024 / page_tokens * 4, seed);
+  std::vector<size_t> batch, hist_batch;
+  std::vector<int64_t> hist, fresh;
+  for (size_t i = 0; i < lens.size(); ++i) {
+    c.grow(i, lens[i].first + lens[i].second);
+    batch.push_back(i), fresh.push_back(lens[i].second);
+    if (lens[i].first > 0) hist_batch.push_back(i), hist.push_back(lens[i].first);
+  }
+  if (!hist_batch.empty()) Q35_REQUIRE_OK(c.step(hist_batch, hist, true, 0).st);
+  auto r = c.step(batch, fresh, true, n_splits);
+  Q35_REQUIRE_OK(r.st);
+  const check_result res = check_mma(c, r.out, batch, fresh);
+  CHECK(res.bad == 0);
+  CHECK(res.rms_rel <= rms_limit);
+}
+
+TEST_CASE("attention prefill mma: ragged batches, GQA 1 2 4 6 8, head_dim 128 and 256, f16 and bf16 KV" *
+          test::needs_device()) {
+  // (cached, new): a fresh prompt not a multiple of any tile, a cached prefix ending inside a page
+  // plus a chunk, a long cached prefix plus a few tokens crossing a page boundary
+  const std::vector<std::pair<int64_t, int64_t>> lens{{0, 37}, {21, 12}, {45, 4}};
+  ragged(2, 1, 128, kv_type::f16, 16, lens, 1, 201);
+  ragged(2, 2, 256, kv_type::bf16, 16, lens, 1, 202);
+  ragged(1, 4, 128, kv_type::bf16, 4, lens, 1, 203);  // 4-token pages: a tile spans 8 pages
+  ragged(1, 4, 256, kv_type::f16, 64, lens, 1, 204);
+  ragged(1, 6, 128, kv_type::f16, 16, lens, 1, 205);
+  ragged(1, 6, 256, kv_type::bf16, 16, lens, 1, 206);
+  ragged(1, 8, 128, kv_type::bf16, 16, lens, 1, 207);
+  ragged(1, 8, 256, kv_type::f16, 8, lens, 1, 208);
+}
+
+TEST_CASE("attention prefill mma: split-KV partials and the merge, automatic and forced splits" *
+          test::needs_device()) {
+  // automatic (2 splits of 40 keys) and 3 forced (28 keys; the 12-key sequence has 2 empty ones)
+  const std::vector<std::pair<int64_t, int64_t>> lens{{70, 5}, {3, 9}};
+  ragged(1, 4, 128, kv_type::f16, 16, lens, 0, 211);
+  ragged(1, 2, 256, kv_type::bf16, 16, lens, 3, 212);
+  // 5 forced become 4 splits of 12 keys (not a multiple of the 32-key tile); the 1-token sequence
+  // leaves 3 of them without keys
+  ragged(2, 2, 128, kv_type::bf16, 16, {{40, 2}, {0, 1}}, 5, 213);
+}
+
+TEST_CASE("attention prefill mma: every thread order" * test::needs_device()) {
+  test::attn_case c(1, 4, 128, 32, kv_type::f16, 16, 64, 221);
+  c.grow(0, 20), c.grow(1, 16);
+  Q35_REQUIRE_OK(c.step({1}, {9}, true, 0, true).st);
+  test::for_each_order([&] {
+    auto r = c.step({0, 1}, {20, 7}, true, 1);
+    Q35_REQUIRE_OK(r.st);
+    const check_result res = check_mma(c, r.out, {0, 1}, {20, 7});
+    CHECK(res.bad == 0);
+    CHECK(res.rms_rel <= rms_limit);
+    c.seqs[0].len -= 20, c.seqs[1].len -= 7;  // the same step again
+  });
+}
+
+// A NaN in a q projection spoils its (token, head) row only (the norm spreads it over the head),
+// not the other heads sharing its mma tiles, and the row reads as attn_paged_kernel (f32 KV) leaves
+// it: l = NaN fails "l > 0", so both write 0. A NaN gate element spoils only its own output element.
+TEST_CASE("attention prefill mma: NaN in q stays in its row, as attn_paged_kernel; a NaN gate in its element" *
+          test::needs_device()) {
+  const int D = 128, H = 4;
+  const size_t nan_row = size_t((11 * H + 2) * D);  // token 11, head 2
+  std::vector<float> paged_row;
+  for (kv_type t : {kv_type::f32, kv_type::f16, kv_type::bf16}) {
+    const std::string kv_name = kv::to_string(t);
+    CAPTURE(kv_name);
+    test::attn_case c(1, 4, 128, 32, t, 16, 64, 231);
+    c.grow(0, 30);
+    c.seqs[0].qg[size_t((11 * H + 2) * 2 * D + 7)] = NAN;  // q dim 7
+    auto r = c.step({0}, {30}, true, 1);
+    Q35_REQUIRE_OK(r.st);
+    const std::vector<float> row(r.out.begin() + long(nan_row), r.out.begin() + long(nan_row + D));
+    if (t == kv_type::f32) {
+      paged_row = row;
+      continue;
+    }
+    const check_result res = check_mma(c, r.out, {0}, {30}, {{0, 11, 2}});
+    CHECK(res.bad == 0);
+    int64_t differ = 0;
+    for (int d = 0; d < D; ++d)
+      differ +=
+          !(row[size_t(d)] == paged_row[size_t(d)] || (std::isnan(row[size_t(d)]) && std::isnan(paged_row[size_t(d)])));
+    CHECK(differ == 0);
+    MESSAGE("the NaN row reads " << row[0] << " (attn_paged_kernel: " << paged_row[0] << ")");
+  }
+  test::attn_case c(1, 2, 256, 64, kv_type::bf16, 16, 64, 232);
+  c.grow(0, 9);
+  const int D2 = 256, H2 = 2;
+  c.seqs[0].qg[size_t((4 * H2 + 1) * 2 * D2 + D2 + 100)] = NAN;  // token 4, head 1, gate dim 100
+  auto r = c.step({0}, {9}, true, 1);
+  Q35_REQUIRE_OK(r.st);
+  int64_t nans = 0;
+  for (size_t i = 0; i < r.out.size(); ++i) nans += std::isnan(r.out[i]);
+  CHECK(nans == 1);
+  CHECK(std::isnan(r.out[size_t((4 * H2 + 1) * D2 + 100)]));
+}
+
+// The invariant of test_attention.cpp for the other type and width: bf16, head_dim 256, a group of 8
+// (8 tokens per block), the prompt whole and in chunks of 17, 16, 1 and 16 tokens.
+TEST_CASE("attention prefill mma: whole prompt and chunks are bit-identical, bf16 head_dim 256" *
+          test::needs_device()) {
+  test::attn_case whole(1, 8, 256, 64, kv_type::bf16, 16, 64, 241);
+  test::attn_case chunked(1, 8, 256, 64, kv_type::bf16, 16, 64, 241);
+  whole.grow(0, 50);
+  chunked.grow(0, 50);
+  auto w = whole.step({0}, {50}, true, 1);
+  Q35_REQUIRE_OK(w.st);
+  CHECK(check_mma(whole, w.out, {0}, {50}).bad == 0);
+  std::vector<float> joined;
+  for (int64_t n : {17, 16, 1, 16}) {
+    auto r = chunked.step({0}, {n}, true, 1);
+    Q35_REQUIRE_OK(r.st);
+    joined.insert(joined.end(), r.out.begin(), r.out.end());
+  }
+  REQUIRE(joined.size() == w.out.size());
+  int64_t diff = 0;
+  for (size_t i = 0; i < joined.size(); ++i) diff += joined[i] != w.out[i];
+  CHECK(diff == 0);
+}
+
+}  // namespace
