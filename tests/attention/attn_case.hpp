@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -240,5 +241,25 @@ class attn_case {
                               << w.value << " +- " << w.tol);
   }
 };
+
+// Prefills sequence 0 of c in `chunks` (one split each; prefill also for a 1-token chunk, so the
+// same kernel instance serves every chunk) and returns the outputs joined in token order.
+inline std::vector<float> prefill_in_chunks(attn_case& c, std::initializer_list<int64_t> chunks) {
+  std::vector<float> joined;
+  for (const int64_t n : chunks) {
+    auto r = c.step({0}, {n}, true, 1);
+    Q35_REQUIRE_OK(r.st);
+    joined.insert(joined.end(), r.out.begin(), r.out.end());
+  }
+  return joined;
+}
+
+// Elements of a and b whose float values differ (both the same size).
+inline int64_t count_differences(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  int64_t diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff += a[i] != b[i];
+  return diff;
+}
 
 }  // namespace q35::test

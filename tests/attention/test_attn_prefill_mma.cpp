@@ -247,16 +247,7 @@ TEST_CASE("attention prefill mma: whole prompt and chunks are bit-identical, bf1
   auto w = whole.step({0}, {50}, true, 1);
   Q35_REQUIRE_OK(w.st);
   CHECK(check_mma(whole, w.out, {0}, {50}).bad == 0);
-  std::vector<float> joined;
-  for (int64_t n : {17, 16, 1, 16}) {
-    auto r = chunked.step({0}, {n}, true, 1);
-    Q35_REQUIRE_OK(r.st);
-    joined.insert(joined.end(), r.out.begin(), r.out.end());
-  }
-  REQUIRE(joined.size() == w.out.size());
-  int64_t diff = 0;
-  for (size_t i = 0; i < joined.size(); ++i) diff += joined[i] != w.out[i];
-  CHECK(diff == 0);
+  CHECK(test::count_differences(test::prefill_in_chunks(chunked, {17, 16, 1, 16}), w.out) == 0);
 }
 
 }  // namespace
