@@ -183,7 +183,7 @@ TEST_CASE("arch: the sim reports an ldmatrix row that is not 16-byte aligned, an
   s = launch::launch<bad_ldmatrix_kernel>({1, out.data()});
   REQUIRE_FALSE(s.ok());
   INFO(s.message());
-  CHECK(s.message().find("shfl_idx with mask 0xffffffff") != std::string::npos);  // either lane order
+  CHECK(s.message().find("sync_warp with mask 0xffffffff") != std::string::npos);  // either lane order
 }
 #endif
 

@@ -382,9 +382,10 @@ TEST_CASE("arch: an mma reached by part of a warp is reported by the sim" * doct
   CHECK(s.code() == status_code::kernel_fault);
   INFO(s.message());
   CHECK(s.message().find("partial_mma_kernel") != std::string::npos);
-  // The sim names the shuffle the mma gathers with; which lane reports, and how, depends on the thread
-  // order ("returned while lanes 0-15 wait for it in ..." or "... names lanes 16-31 that have already exited").
-  CHECK(s.message().find("shfl_idx with mask 0xffffffff") != std::string::npos);
+  // The sim names the warp synchronization the mma exchanges its fragments in; which lane reports, and
+  // how, depends on the thread order ("returned while lanes 0-15 wait for it in ..." or "... names lanes
+  // 16-31 that have already exited").
+  CHECK(s.message().find("sync_warp with mask 0xffffffff") != std::string::npos);
 }
 
 }  // namespace arch_test_mma

@@ -17,6 +17,7 @@
 
 #include "q35/arch/shuffle.hpp"
 #include "q35/arch/thread.hpp"
+#include "q35/sim/device_api.hpp"
 #endif
 
 namespace q35::arch {
@@ -49,21 +50,25 @@ Q35_DEVICE void ldmatrix(uint32_t (&d)[N], const void* row) {
   if (lane < 8 * N && mine % 16 != 0)
     sim::detail::fail("ldmatrix row address " + std::to_string(mine) + " of lane " + std::to_string(lane) +
                       " is not 16-byte aligned");
-  // Lane l takes its two elements of matrix j from the rows of lanes 8j + r (one shuffle of the row
-  // address per row): non-trans row l/4, columns 2*(l%4) and +1; trans rows 2*(l%4) and +1, column l/4.
+  // Lane l takes its two elements of matrix j from the rows of lanes 8j + r: the lanes publish their
+  // row addresses in the warp's scratch and meet in a sync_warp over the full warp (so a partial warp
+  // is reported); non-trans row l/4, columns 2*(l%4) and +1; trans rows 2*(l%4) and +1, column l/4.
+  uint32_t(&scratch)[32][16] = sim::warp_scratch();
+  scratch[lane][0] = uint32_t(mine), scratch[lane][1] = uint32_t(uint64_t(mine) >> 32);
+  sync_warp();
+  const auto row_of = [&](int l) {
+    return reinterpret_cast<const unsigned char*>(uintptr_t(uint64_t(scratch[l][0]) | uint64_t(scratch[l][1]) << 32));
+  };
   for (int j = 0; j < N; ++j) {
     uint16_t e[2];
     if constexpr (!Trans) {
-      const uintptr_t src = uintptr_t(shfl_idx(uint64_t(mine), 8 * j + lane / 4));
-      std::memcpy(e, reinterpret_cast<const unsigned char*>(src) + 4 * (lane % 4), 4);
+      std::memcpy(e, row_of(8 * j + lane / 4) + 4 * (lane % 4), 4);
     } else {
-      for (int h = 0; h < 2; ++h) {
-        const uintptr_t src = uintptr_t(shfl_idx(uint64_t(mine), 8 * j + 2 * (lane % 4) + h));
-        std::memcpy(&e[h], reinterpret_cast<const unsigned char*>(src) + 2 * (lane / 4), 2);
-      }
+      for (int h = 0; h < 2; ++h) std::memcpy(&e[h], row_of(8 * j + 2 * (lane % 4) + h) + 2 * (lane / 4), 2);
     }
     d[j] = uint32_t(e[0]) | uint32_t(e[1]) << 16;
   }
+  sync_warp();
 #endif
 }
 

@@ -22,6 +22,7 @@
 #include "q35/arch/shuffle.hpp"
 #include "q35/arch/thread.hpp"
 #include "q35/core/numeric.hpp"
+#include "q35/sim/device_api.hpp"
 #endif
 
 namespace q35::arch {
@@ -127,84 +128,72 @@ enum class int8_type { s8, u8 };
 #if Q35_BACKEND_SIM
 namespace detail {
 
-// Which lanes hold what a lane needs: lane l computes the accumulator elements at rows R(l) and
-// columns C(l) (mma_c_16x8::coord), so it needs the A elements in rows R(l) and the B elements in
-// columns C(l). Registers move in pairs (64 bits per idx shuffle over the full warp, so a partial
-// warp is reported); pair p takes n_steps[p] shuffles, in step s lane l reads lane src[p][s][l].
-// Built once per fragment type from Frag::coord: 8 + 8 shuffles for the 16-bit and k32 8-bit mmas.
-template <class Frag, bool ByRow>
-struct sim_gather_plan {
-  static constexpr int n_regs = int(sizeof(Frag::r) / sizeof(Frag::r[0])), n_pairs = (n_regs + 1) / 2;
-  int n_steps[n_pairs] = {};
-  int src[n_pairs][warp_size][warp_size] = {};
-
-  static bool needs(int lane, mma_coord at) {
-    for (int i = 0; i < 4; ++i) {
-      const mma_coord mine = mma_c_16x8<float>::coord(lane, i);
-      if (ByRow ? mine.row == at.row : mine.col == at.col) return true;
-    }
-    return false;
-  }
-  sim_gather_plan() {
-    constexpr int per_reg = 32 / Frag::element_bits;
-    for (int lane = 0; lane < warp_size; ++lane) {
-      int count[n_pairs] = {};
-      for (int from = 0; from < warp_size; ++from) {
-        bool wanted[n_pairs] = {};
-        for (int i = 0; i < Frag::n_elements; ++i)
-          if (needs(lane, Frag::coord(from, i))) wanted[i / per_reg / 2] = true;
-        for (int p = 0; p < n_pairs; ++p)
-          if (wanted[p]) src[p][count[p]++][lane] = from;
+// Where lane l finds the A rows and B columns of its accumulator elements once every lane has published
+// its A registers at words [0, na) and its B registers at [na, na + nb) of its scratch row: for row
+// h (accumulator rows l/4 + 8 h) and k, the flat scratch word (lane * 16 + word) and the element's bit
+// shift in it; likewise for column h (accumulator columns 2 (l%4) + h). Built once per fragment pair
+// from the coord helpers.
+template <class A, class B>
+struct sim_operand_plan {
+  static constexpr int na = int(sizeof(A::r) / sizeof(A::r[0])), k = A::cols;
+  uint16_t a_word[warp_size][2][k], b_word[warp_size][2][k];
+  uint8_t a_shift[warp_size][2][k], b_shift[warp_size][2][k];
+  sim_operand_plan() {
+    for (int from = 0; from < warp_size; ++from) {
+      for (int i = 0; i < A::n_elements; ++i) {
+        const mma_coord at = A::coord(from, i);
+        constexpr int per_reg = 32 / A::element_bits;
+        for (int l = 0; l < warp_size; ++l)
+          for (int h = 0; h < 2; ++h)
+            if (mma_c_16x8<float>::coord(l, 2 * h).row == at.row) {
+              a_word[l][h][at.col] = uint16_t(from * 16 + i / per_reg);
+              a_shift[l][h][at.col] = uint8_t(A::element_bits * (i % per_reg));
+            }
       }
-      for (int p = 0; p < n_pairs; ++p) {
-        for (int s = count[p]; s < warp_size; ++s) src[p][s][lane] = lane;  // idle steps: read itself
-        n_steps[p] = count[p] > n_steps[p] ? count[p] : n_steps[p];
+      for (int i = 0; i < B::n_elements; ++i) {
+        const mma_coord at = B::coord(from, i);
+        constexpr int per_reg = 32 / B::element_bits;
+        for (int l = 0; l < warp_size; ++l)
+          for (int h = 0; h < 2; ++h)
+            if (mma_c_16x8<float>::coord(l, h).col == at.col) {
+              b_word[l][h][at.row] = uint16_t(from * 16 + na + i / per_reg);
+              b_shift[l][h][at.row] = uint8_t(B::element_bits * (i % per_reg));
+            }
       }
     }
   }
 };
 
-// The elements of the full matrix this lane needs (the rest stay zero), decoded.
-template <bool ByRow, class Frag, class Decode, class T>
-void sim_gather_matrix(const Frag& f, T (&m)[Frag::rows][Frag::cols], Decode decode) {
-  using plan_t = sim_gather_plan<Frag, ByRow>;
-  static const plan_t plan;
-  constexpr int per_reg = 32 / Frag::element_bits;
-  const int lane = lane_id();
-  for (auto& row : m)
-    for (auto& x : row) x = T(0);
-  for (int p = 0; p < plan_t::n_pairs; ++p) {
-    const int w = 2 * p;
-    const uint64_t mine = uint64_t(f.r[w]) | (w + 1 < plan_t::n_regs ? uint64_t(f.r[w + 1]) << 32 : 0);
-    for (int s = 0; s < plan.n_steps[p]; ++s) {
-      const int from = plan.src[p][s][lane];
-      Frag g{};
-      const uint64_t got = shfl_idx(mine, from);
-      g.r[w] = uint32_t(got);
-      if (w + 1 < plan_t::n_regs) g.r[w + 1] = uint32_t(got >> 32);
-      for (int i = w * per_reg; i < (w + 2) * per_reg && i < Frag::n_elements; ++i) {
-        const mma_coord at = Frag::coord(from, i);
-        m[at.row][at.col] = decode(mma_element_bits(g, i));
-      }
-    }
-  }
-}
-
-// d = a * b + c for this lane's accumulator elements (see the file header for the order).
+// d = a * b + c for this lane's accumulator elements (see the file header for the order). The lanes
+// publish their A and B registers in the warp's scratch and meet in a sync_warp over the full warp
+// (so a partial warp is reported); each lane then reads the A rows and B columns of its accumulator
+// elements, and a second sync_warp keeps the scratch until every lane has read it.
 template <class A, class B, class Acc, class Decode, class Dot>
 void sim_mma(mma_c_16x8<Acc>& d, const A& a, const B& b, const mma_c_16x8<Acc>& c, Decode decode_a, Decode decode_b,
              Dot dot) {
   static_assert(A::cols == B::rows && A::rows == 16 && B::cols == 8);
-  using V = decltype(decode_a(0u));
-  V am[A::rows][A::cols], bm[B::rows][B::cols];
-  sim_gather_matrix<true>(a, am, decode_a);
-  sim_gather_matrix<false>(b, bm, decode_b);
+  using plan_t = sim_operand_plan<A, B>;
+  constexpr int na = plan_t::na, nb = int(sizeof(b.r) / sizeof(b.r[0])), K = A::cols;
+  static_assert(na + nb <= 16, "fragments fit the scratch row");
+  static const plan_t plan;
+  uint32_t(&scratch)[32][16] = sim::warp_scratch();
+  const uint32_t* flat = &scratch[0][0];
   const int lane = lane_id();
+  for (int i = 0; i < na; ++i) scratch[lane][i] = a.r[i];
+  for (int i = 0; i < nb; ++i) scratch[lane][na + i] = b.r[i];
+  sync_warp();
+  using V = decltype(decode_a(0u));
+  constexpr uint32_t a_ones = (1u << A::element_bits) - 1u, b_ones = (1u << B::element_bits) - 1u;
+  // rows[h] = A row l/4 + 8 h; bm's columns 2 (l%4) + h (the only ones dot reads)
+  V rows[2][K], bm[K][8];
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < K; ++k) {
+      rows[h][k] = decode_a((flat[plan.a_word[lane][h][k]] >> plan.a_shift[lane][h][k]) & a_ones);
+      bm[k][2 * (lane % 4) + h] = decode_b((flat[plan.b_word[lane][h][k]] >> plan.b_shift[lane][h][k]) & b_ones);
+    }
   mma_c_16x8<Acc> r;
-  for (int i = 0; i < 4; ++i) {
-    const mma_coord at = mma_c_16x8<Acc>::coord(lane, i);
-    r.r[i] = dot(am[at.row], bm, at.col, c.r[i]);
-  }
+  for (int i = 0; i < 4; ++i) r.r[i] = dot(rows[i / 2], bm, mma_c_16x8<Acc>::coord(lane, i).col, c.r[i]);
+  sync_warp();
   d = r;
 }
 

@@ -68,6 +68,13 @@ inline uint64_t collective_result(block_state& b, int warp, const pending_collec
 
 // One warp collective: every lane named in `mask` (which must name the caller) must call the same
 // collective with the same mask and width; the caller waits until they all have.
+// The calling warp's scratch, [lane][16 words] (warp_state::scratch). A lane writes its own row, then
+// the lanes meet in a sync_warp before reading others' rows, and again before the rows are rewritten.
+inline uint32_t (&warp_scratch())[32][16] {
+  auto& t = detail::current_thread();
+  return detail::tls_block->warps[size_t(t.rank / 32)].scratch;
+}
+
 inline uint64_t warp_collective(collective_kind kind, uint32_t mask, int width, uint64_t value, int arg) {
   using namespace detail;
   auto& t = current_thread();

@@ -70,6 +70,9 @@ struct warp_state {
   uint32_t existing = 0;  // lanes that exist in this (possibly partial) warp
   uint32_t exited = 0;    // lanes whose thread has returned
   std::vector<pending_collective> pending;
+  // Words each lane can publish to the others between two sync_warp collectives (sim::warp_scratch):
+  // what moves more than a shuffle's 64 bits at once, such as the fragments of an mma.
+  uint32_t scratch[32][16] = {};
 };
 
 struct block_state {
