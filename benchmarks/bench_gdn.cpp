@@ -2,8 +2,10 @@
 // the decode step at batch 1, 8 and 64 (time, and % of copy bandwidth for the state read + write:
 // 2 x 32 x 128 x 128 x 4 B of SSM state plus the conv window per sequence), and the prefill of 512,
 // 2048 and 8192 tokens in the chunked and the token-by-token form (tokens/s; compare the two rows
-// for the speed-up). Skips without a GPU.
+// for the speed-up; the chunked rows also give TFLOPS of the chunked form's products). Skips without
+// a GPU.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -95,6 +97,15 @@ void bm_gdn_prefill(benchmark::State& state) {
   a.mode = Mode;
   bench::time_launches(state, [&](int) { return launch::gdn_core(a); });
   state.counters["tokens/s"] = benchmark::Counter(double(n), benchmark::Counter::kIsIterationInvariantRate);
+  if constexpr (Mode == launch::gdn_core_mode::chunked) {
+    // The chunked form's matrix products per chunk of C rows and v-head (2 flops per multiply-add):
+    // K K^T and Q K^T (2 C^2 d_k), U S, q S and K'^T V_new (3 C d_k d_v), Aqk V_new (C^2 d_v) and the
+    // triangular solve for W and U (C^2 (d_k + d_v) / 2 multiply-adds, counted as C^2 (d_k + d_v)).
+    const double c = kernels::gdn_chunk_size, dk = s.k_head_dim, dv = s.v_head_dim;
+    const double per_chunk = 2 * (2 * c * c * dk + 3 * c * dk * dv + c * c * dv + c * c * (dk + dv));
+    state.counters["TFLOPS"] = benchmark::Counter(per_chunk * std::ceil(n / c) * s.n_v_heads * 1e-12,
+                                                  benchmark::Counter::kIsIterationInvariantRate);
+  }
   state.SetLabel(bench::device_name() + (Mode == launch::gdn_core_mode::chunked ? " chunked" : " token-by-token"));
 #endif
 }

@@ -53,6 +53,14 @@ TENSOR_CORE = [
      "HMMA"),
 ]
 GEMM_ROWS = ["dense", "moe_gate_up", "moe_down"]
+# The chunked Gated DeltaNet kernels (kernels/gdn_chunk.hpp, gdn_chunk_state.hpp): their products
+# run through ops::mma_split_product (3 bf16 planes per fp32 operand, 6 HMMA per 16 columns), a loop
+# per product inside the chunk loop, so the innermost HMMA loop is what is counted; staging (the
+# split of each operand into planes) is outside it (docs/gdn.md estimates it per mma).
+GDN_TC = re.compile(r"(gdn_chunk_kernel|gdn_chunk_state_kernel)<(\d+), \d+>")
+GDN_THREADS = 256
+# measured sm_80 / sm_90 rounded up: 2.58 (8 n-tile product), 1.83 / 2.58 (4 / 2 n-tile products, d 128 / 64)
+GDN_BUDGET = {"gdn_chunk": 3.0, "gdn_chunk_state": 3.0}
 # Issued instructions per issued m16n8k16-equivalent mma in the hot loop (IMMA.16832 and HMMA.16816
 # count one, IMMA.16816 and HMMA.1688 half), every epilogue: regression budgets, the measured sm_80 /
 # sm_90 values rounded up (docs/benchmarks.md, "Tensor-core GEMMs", has the derivation). gemm_i8
@@ -127,7 +135,15 @@ def parse_sass(text):
     return funcs
 
 
-def hot_loop(instrs, key_op):
+def is_back_branch(instr):
+    addr, op, args = instr
+    t = re.search(r"0x([0-9a-f]+)", args) if op == "BRA" else None
+    return bool(t) and int(t.group(1), 16) < addr
+
+
+def hot_loop(instrs, key_op, innermost=False):
+    """The backward branch whose body holds the most key_op instructions (innermost: among bodies
+    holding no other backward branch)."""
     best = None
     for i, (addr, op, args) in enumerate(instrs):
         if op != "BRA":
@@ -137,6 +153,8 @@ def hot_loop(instrs, key_op):
             continue
         target = int(t.group(1), 16)
         body = [x for x in instrs[: i + 1] if x[0] >= target]
+        if innermost and any(is_back_branch(x) for x in body[:-1]):
+            continue
         n_key = sum(1 for x in body if x[1].startswith(key_op))
         if n_key and (best is None or n_key > best[1]):
             best = (body, n_key)
@@ -245,15 +263,23 @@ def main():
     tc_rows = []
     for mangled, instrs in funcs.items():
         hit = next(((kind, m, key) for kind, rx, key in TENSOR_CORE for m in [rx.search(names[mangled])] if m), None)
-        if not hit:
+        g = GDN_TC.search(names[mangled]) if not hit else None
+        if not hit and not g:
             continue
-        kind, m, key = hit
-        fmt, epi = m.group(1), EPILOGUES[int(m.group(2))]
-        rows_kind = GEMM_ROWS[int(m.group(3) or 0)]
         reg, stack, _, local = res.get(mangled, (0, 0, 0, 0))
         local_ops = sum(1 for x in instrs if x[1].startswith(("LDL", "STL")))
-        loop = hot_loop(instrs, key)
-        label = f"{kind} {fmt} {epi}" + ("" if rows_kind == "dense" else f" {rows_kind}")
+        if g:
+            kind, key, threads = g.group(1).removesuffix("_kernel"), "HMMA", GDN_THREADS
+            label, budget = f"{kind} d {g.group(2)}", GDN_BUDGET[kind]
+            loop = hot_loop(instrs, key, innermost=True)
+        else:
+            kind, m, key = hit
+            fmt, epi = m.group(1), EPILOGUES[int(m.group(2))]
+            rows_kind = GEMM_ROWS[int(m.group(3) or 0)]
+            loop = hot_loop(instrs, key)
+            label = f"{kind} {fmt} {epi}" + ("" if rows_kind == "dense" else f" {rows_kind}")
+            budget = TC_BUDGET.get((kind, fmt)) if rows_kind == "dense" else TC_GROUPED_BUDGET.get((kind, fmt))
+            threads = 128
         if not loop:
             failures.append(f"{label}: no loop with {key} instructions")
             continue
@@ -262,9 +288,8 @@ def main():
                   for _, op, _ in body if op.startswith(key))
         per_mma = len(body) / mma
         ldsm = sum(1 for _, op, _ in body if op.startswith("LDSM"))
-        budget = TC_BUDGET.get((kind, fmt)) if rows_kind == "dense" else TC_GROUPED_BUDGET.get((kind, fmt))
         tc_rows.append((label, len(body), mma, per_mma, budget, ldsm, reg, stack + local + local_ops,
-                        occupancy(reg, 128)))
+                        occupancy(reg, threads)))
         if stack or local or local_ops:
             failures.append(f"{label}: {stack} B stack, {local} B local, {local_ops} local-memory instructions")
         if budget and not per_mma <= budget:

@@ -78,7 +78,7 @@ except Exception as e:
     print(f"no benchmark results: {e}")
     sys.exit(0)
 print(f"copy bandwidth reference: see %copy_bw; context: {data.get('context', {}).get('host_name', '')}")
-print(f"{'benchmark':60s} {'time_us':>10s} {'GB/s':>9s} {'%copy':>7s}")
+print(f"{'benchmark':60s} {'time_us':>10s} {'GB/s':>9s} {'%copy':>7s} {'TFLOPS':>7s}")
 for b in data.get("benchmarks", []):
     if b.get("error_occurred"):
         print(f"{b['name'][:60]:60s} skipped: {b.get('error_message', '')}")
@@ -88,7 +88,8 @@ for b in data.get("benchmarks", []):
     us = t / 1000.0 if unit == "ns" else t * 1000.0 if unit == "ms" else t
     gbs = b.get("GB/s", 0.0)
     pct = b.get("%copy_bw", 0.0)
-    print(f"{b['name'][:60]:60s} {us:10.2f} {gbs:9.1f} {pct:7.1f}")
+    tf = b.get("TFLOPS", 0.0)
+    print(f"{b['name'][:60]:60s} {us:10.2f} {gbs:9.1f} {pct:7.1f} {tf:7.1f}")
 PY
 python3 - "$logs/e2e.json" <<'PY'
 import json, sys

@@ -3,6 +3,7 @@
 // launch::gdn_layer and checks every output against the float64 reference with its error bound.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -127,14 +128,20 @@ struct gdn_case {
     return h0.empty() ? std::vector<float>{} : to_host(d_h);
   }
 
-  // The float64 expectation of the same batch (advances the reference states) and the comparison.
+  // The float64 expectation of the same batch run in `mode` (advances the reference states; the bound
+  // follows the form of the core that ran) and the comparison.
   gdn_check check(const std::vector<gdn_seq>& seqs, const std::vector<float>& h0, const std::vector<float>& h,
-                  bool interleaved = false) {
+                  launch::gdn_core_mode mode, bool interleaved = false) {
     ref::gdn_dims d = dims;
     d.interleaved = interleaved;
     gdn_check r;
     size_t row = 0, n_tokens = 0;
-    for (const auto& s : seqs) n_tokens += s.x.size() / size_t(shape.n_embd);
+    int longest = 0;
+    for (const auto& s : seqs) {
+      n_tokens += s.x.size() / size_t(shape.n_embd);
+      longest = std::max(longest, int(s.x.size() / size_t(shape.n_embd)));
+    }
+    d.chunked_mma = launch::detail::gdn_use_chunked(mode, longest);
     // block formats may take the GEMV's 16-bit activation path for decode-sized calls
     const bool act16 = F::id != quant::type_id::f32 && n_tokens <= size_t(launch::gemv_max_tokens);
     for (const auto& s : seqs) {
@@ -161,7 +168,7 @@ struct gdn_case {
     for (const auto& s : seqs) n += s.x.size();
     const std::vector<float> h0 = random_floats(n, seed + 99 + n, -2.0f, 2.0f);
     const std::vector<float> h = run_device(seqs, h0, mode);
-    return check(seqs, h0, h);
+    return check(seqs, h0, h, mode);
   }
 
   void reset_slot(int slot) {

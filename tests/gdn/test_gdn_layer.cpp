@@ -95,9 +95,9 @@ TEST_CASE("gdn_layer: a swapped v-head -> k-head mapping (j / r instead of j mod
   const std::vector<float> h0 = test::random_floats(20 * 64, 4, -2.0f, 2.0f);
   const std::vector<float> h = g.run_device(batch, h0, gdn_core_mode::chunked);
   test::gdn_case<> again(2, 4, 64, 64, 1, 123);  // fresh reference states
-  const test::gdn_check right = again.check(batch, h0, h, false);
+  const test::gdn_check right = again.check(batch, h0, h, gdn_core_mode::chunked, false);
   test::gdn_case<> swapped(2, 4, 64, 64, 1, 123);
-  const test::gdn_check wrong = swapped.check(batch, h0, h, true);
+  const test::gdn_check wrong = swapped.check(batch, h0, h, gdn_core_mode::chunked, true);
   CHECK(right.bad == 0);
   CHECK(wrong.bad > 20 * 64 / 2);  // most outputs leave the bound
 }
@@ -115,7 +115,7 @@ TEST_CASE("gdn_layer: fork (pool copy) and snapshot / restore" * test::needs_dev
   const std::vector<gdn_seq> next{{2, g.inputs(3, 2)}, {0, g.inputs(1, 3)}};
   const std::vector<float> h0 = test::random_floats(4 * 64, 8, -2.0f, 2.0f);
   const std::vector<float> first = g.run_device(next, h0, gdn_core_mode::recurrent);
-  require_close(g.check(next, h0, first));
+  require_close(g.check(next, h0, first, gdn_core_mode::recurrent));
   // restore slot 0 and rerun its step: bit-identical to the first run
   Q35_REQUIRE_OK(g.pool.restore(0, snap));
   Q35_REQUIRE_OK(g.pool.copy(0, 2));
@@ -123,7 +123,7 @@ TEST_CASE("gdn_layer: fork (pool copy) and snapshot / restore" * test::needs_dev
   CHECK(first == second);
   g.ref_states.insert_or_assign(0, saved);
   g.ref_states.insert_or_assign(2, saved);
-  require_close(g.check(next, h0, second));
+  require_close(g.check(next, h0, second, gdn_core_mode::recurrent));
   // a snapshot of the wrong size is refused
   snap.pop_back();
   CHECK(g.pool.restore(0, snap).code() == status_code::invalid_argument);

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "q35/ops/mma_split.hpp"
+
 namespace q35::ref {
 
 inline constexpr double gdn_u = 1.0 / 16777216.0;  // 2^-24: one fp32 rounding
@@ -19,6 +21,15 @@ struct gdn_dims {
   // v-head j uses k-head j mod n_k (GGUF tiled order); true: j / (n_v / n_k), the HF/Qwen3-Next
   // order, only to show that the tests tell the two apart
   bool interleaved = false;
+  // How the core's products round. false: the sequential fp32 recurrence (an n-term dot within
+  // (n + 1) u, the state update 2 u per token). true: the chunked kernels' split tensor-core
+  // products (ops/mma_split.hpp: an n-column product within mma_split_coef(n) u sum|terms|): u = S^T k
+  // is a d_k product (V_new = W - U S), o = S^T q chains d_k + chunk columns (q' S + Aqk V_new), and
+  // a token's rank-1 state update is one term of a product over the chunk's rows (V_new^T K').
+  bool chunked_mma = false;
+  double dot_coef(int n) const { return chunked_mma ? ops::mma_split_coef(n) : double(n + 1); }
+  double update_coef() const { return chunked_mma ? ops::mma_split_coef(chunk_rows) : 2.0; }
+  static constexpr int chunk_rows = 64;  // kernels::gdn_chunk_size
   int64_t conv_dim() const { return 2 * int64_t(n_k) * dk + int64_t(n_v) * dv; }
   int64_t value_dim() const { return int64_t(n_v) * dv; }
   int k_head_of(int j) const { return interleaved ? j / (n_v / n_k) : j % n_k; }
@@ -178,7 +189,7 @@ inline bounded gdn_core_token(const gdn_dims& d, const gdn_weights& w, gdn_state
       }
       s0n = std::sqrt(s0n), s1n = std::sqrt(s1n);
       // u's error from this step's roundings and k's error (S's own error is propagated below)
-      const double ue = double(d.dk + 1) * u * um + s1n * ken;
+      const double ue = d.dot_coef(d.dk) * u * um + s1n * ken;
       // delta = beta (v - u)
       const double v = cu.v[size_t(voff + c)], ve = cu.e[size_t(voff + c)];
       const double delta = beta * (v - uv);
@@ -195,10 +206,10 @@ inline bounded gdn_core_token(const gdn_dims& d, const gdn_weights& w, gdn_state
       s2n = std::sqrt(s2n);
       // Column error in the 2-norm: the old error passes through decay (I - beta k k^T), whose norm
       // is <= decay for ||k|| = 1 and 0 < beta < 1; then this step's roundings and input errors.
-      se[c] = decay * se[c] + (u * s1n + decay_e * s0n) + delta_e + std::fabs(delta) * ken +
-              2 * u * (s1n + std::fabs(delta));
+      se[c] = decay * se[c] + (u * s1n + decay_e * s0n) + delta_e + std::fabs(delta) * ken + 2 * u * s1n +
+              d.update_coef() * u * std::fabs(delta);
       o[size_t(c)] = ov;
-      oe[size_t(c)] = qn * se[c] + s2n * qen + double(d.dk + 1) * u * om;
+      oe[size_t(c)] = qn * se[c] + s2n * qen + d.dot_coef(d.chunked_mma ? d.dk + d.chunk_rows : d.dk) * u * om;
     }
     // y = o / sqrt(mean(o^2) + eps) * norm * silu(z)
     double ss = 0, sse = 0;

@@ -5,16 +5,25 @@
 //   S    <- e^(G_C) S + (k e^(G_C - G))^T V_new
 // Value columns of S are independent, so blocks split them.
 //
-// Thread-to-data mapping: block (value tile, v-head j, sequence i) keeps S[:, tile] (d_k x 32) in
-// shared memory for the whole sequence; thread t works on column t % 32 of the tile: rows
-// t / 32 + 8 r of V_new and O, keys (t / 32) d_k / 8 + e of the S update, accumulated in registers
-// from 16-byte shared loads.
+// Every product runs on tensor cores at fp32 grade (ops/mma_split.hpp: operands staged as 3 bf16
+// planes, 6 mma per 16 columns), written transposed where that puts the reduced index along rows:
+//   V_new = W - U S            (A = U [row][key], B = S^T [col][key])
+//   O     = q' S + Aqk V_new   (A = q e^G, Aqk [row][.], B = S^T, V_new^T [col][row])
+//   S^T  <- e^(G_C) S^T + V_new^T K'   (A = V_new^T, B = K' = k e^(G_C - G) [row][key], transposed load)
+//
+// Thread-to-data mapping: block (value tile of 32 columns, v-head j, sequence i), 8 warps, for the
+// whole sequence. S^T[tile][key] (32 x d_k) stays in fp32 accumulator fragments: warp w owns columns
+// 16 (w % 2) .. + 16 and keys (w / 2) d_k / 4 .. + d_k / 4 (d_k / 32 n8 tiles); each chunk re-stages it
+// as planes for the products. V_new and O: warp w computes rows 16 (w / 2) .. + 16, columns
+// 16 (w % 2) .. + 16 of the tile. The state update is a fresh product per chunk added in fp32
+// (S = e^(G_C) S + tile), so the long-lived state sees 2 roundings per chunk, not the mma chain's.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 
 #include "q35/arch/math.hpp"
+#include "q35/arch/mma.hpp"
 #include "q35/arch/thread.hpp"
 #include "q35/arch/vector_load.hpp"
 #include "q35/core/config.hpp"
@@ -22,6 +31,7 @@
 #include "q35/core/vec.hpp"
 #include "q35/kernels/gdn_chunk.hpp"
 #include "q35/kv/recurrent_state.hpp"
+#include "q35/ops/mma_split.hpp"
 
 namespace q35::kernels {
 
@@ -30,8 +40,8 @@ struct gdn_chunk_state_kernel {
   static constexpr int chunk = gdn_chunk_size;
   static constexpr int tile = 32;  // value columns per block
   static constexpr int threads = 256;
-  static constexpr int row_groups = threads / tile;  // rows handled at once
-  static_assert(VDim % tile == 0 && KDim % row_groups == 0, "head dims: multiples of 32");
+  static constexpr int s_tiles = KDim / 32;  // n8 tiles of S^T per warp (keys)
+  static_assert(VDim % tile == 0 && KDim % 64 == 0 && chunk == 64, "head dims: 64 or 128");
 
   struct params {
     const int32_t* seq_offsets;  // [n_seqs + 1]
@@ -41,52 +51,35 @@ struct gdn_chunk_state_kernel {
     int n_seqs;
     ops::gdn_heads heads;
   };
-  struct shared_storage {
-    float g[chunk];  // G of the chunk
+  // d = 128: 26 + 52 + 27 + 14 KB = 120 KB (one block per SM); d = 64: 65 KB
+  struct alignas(16) shared_storage {
+    ops::split_matrix<tile, KDim> st;    // S^T [col][key]
+    ops::split_matrix<chunk, KDim> m;    // U, then q e^G, then k e^(G_C - G): [row][key]
+    ops::split_matrix<chunk, chunk> aq;  // Aqk [row][row']
+    ops::split_matrix<tile, chunk> vt;   // V_new^T [col][row]
+    float g[chunk];                      // G of the chunk
   };
-  // st [KDim][tile], m [chunk][KDim] (U, then q e^G, then k e^(G_C - G)), vn [chunk][tile], aq [chunk][chunk]
-  static size_t dynamic_shared_bytes(const params&) {
-    return sizeof(float) * size_t(KDim * tile + chunk * KDim + chunk * tile + chunk * chunk);
-  }
   static dim3 grid(const params& p) { return dim3(unsigned(VDim / tile), unsigned(p.heads.n_v), unsigned(p.n_seqs)); }
 
-  static constexpr int rows_per_thread = chunk / row_groups;  // rows rg + row_groups r of V_new and O
-  static constexpr int keys_per_thread = KDim / row_groups;   // keys rg kpt .. rg kpt + kpt - 1 of S
-  static_assert(keys_per_thread % 4 == 0 && chunk % 4 == 0, "16-byte shared loads");
-
-  // m[i][0 .. KDim) <- src row (r0 + i) (a [n_tokens][n_heads][KDim] tensor, head hd) times
-  // scale(i), zero past the nr valid rows; 16-byte loads.
+  // m[i][0 .. KDim) <- src row (r0 + i) (a [n_tokens][n_heads][KDim] tensor, head hd) times scale(i),
+  // zero past the nr valid rows; 16-byte loads, 8 keys per thread and step.
   template <class Scale>
-  static Q35_DEVICE void load_rows(float* m, const float* src, int64_t r0, int nr, int n_heads, int hd, Scale scale) {
-    constexpr int vecs = KDim / 4;
+  static Q35_DEVICE void load_rows(ops::split_matrix<chunk, KDim>& m, const float* src, int64_t r0, int nr, int n_heads,
+                                   int hd, Scale scale) {
+    constexpr int vecs = KDim / 8;
     for (int e = arch::thread_rank(); e < chunk * vecs; e += threads) {
-      const int i = e / vecs, k4 = e % vecs;
-      vec<float, 4> v{};
+      const int i = e / vecs, c = 8 * (e % vecs);
+      float v[8] = {};
       if (i < nr) {
-        v = arch::load_16(src + ((r0 + i) * n_heads + hd) * KDim + 4 * k4);
         const float f = scale(i);
         Q35_UNROLL
-        for (int q = 0; q < 4; ++q) v[q] *= f;
+        for (int hh = 0; hh < 2; ++hh) {
+          const vec<float, 4> x = arch::load_16(src + ((r0 + i) * n_heads + hd) * KDim + c + 4 * hh);
+          Q35_UNROLL
+          for (int q = 0; q < 4; ++q) v[4 * hh + q] = x[q] * f;
+        }
       }
-      *reinterpret_cast<vec<float, 4>*>(m + i * KDim + 4 * k4) = v;
-    }
-  }
-
-  // acc[r] = sum_key m[rg + row_groups r][key] st[key][col]
-  static Q35_DEVICE void rows_times_state(const float* m, const float* st, int rg, int col,
-                                          float (&acc)[rows_per_thread]) {
-    Q35_UNROLL
-    for (int r = 0; r < rows_per_thread; ++r) acc[r] = 0.0f;
-    for (int key = 0; key < KDim; key += 4) {
-      float sv[4];
-      Q35_UNROLL
-      for (int q = 0; q < 4; ++q) sv[q] = st[(key + q) * tile + col];
-      Q35_UNROLL
-      for (int r = 0; r < rows_per_thread; ++r) {
-        const vec<float, 4> m4 = *reinterpret_cast<const vec<float, 4>*>(m + (rg + row_groups * r) * KDim + key);
-        Q35_UNROLL
-        for (int q = 0; q < 4; ++q) acc[r] += m4[q] * sv[q];
-      }
+      m.set8(i, c, v);
     }
   }
 
@@ -94,89 +87,106 @@ struct gdn_chunk_state_kernel {
     const int vt = int(arch::block_idx().x), j = int(arch::block_idx().y), seq = int(arch::block_idx().z);
     const int64_t begin = p.seq_offsets[seq], end = p.seq_offsets[seq + 1];
     if (end <= begin) return;  // the whole block
-    const int tid = arch::thread_rank(), col = tid % tile, rg = tid / tile;
+    const int tid = arch::thread_rank(), warp = arch::warp_id();
     const int n_k = p.heads.n_k, n_v = p.heads.n_v, h = j % n_k;
     const int c0 = vt * tile;  // first value column of the tile
-    float* st = arch::shared_tail<float>(s);
-    float* m = st + KDim * tile;
-    float* vn = m + chunk * KDim;
-    float* aq = vn + chunk * tile;
-    // pool: S[key][value c] at c d_k + key
+    // pool: S[key][value c] at c d_k + key, i.e. S^T row-major
     float* pool = p.state.ssm_head(p.slots[seq], j);
+    // the warp's S^T tiles: columns sc0 + .., keys sk0 + 8 n + ..
+    const int sc0 = 16 * (warp % 2), sk0 = (warp / 2) * (KDim / 4);
+    // the warp's V_new / O tile: rows 16 (w / 2), columns 16 (w % 2) (2 n8 tiles)
+    const int or0 = 16 * (warp / 2), oc0 = 16 * (warp % 2);
 
-    for (int e = tid; e < KDim * tile; e += threads) {
-      const int c = e / KDim, key = e % KDim;  // consecutive threads read consecutive keys of a column
-      st[key * tile + c] = pool[int64_t(c0 + c) * KDim + key];
+    arch::mma_c_f32_16x8 sacc[s_tiles];
+    Q35_UNROLL
+    for (int n = 0; n < s_tiles; ++n) {
+      Q35_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const arch::mma_coord at = ops::mma_acc_at(sc0, sk0 + 8 * n, i);  // (col, key)
+        sacc[n].r[i] = pool[int64_t(c0 + at.row) * KDim + at.col];
+      }
     }
 
     for (int64_t r0 = begin; r0 < end; r0 += chunk) {
       const int nr = int(std::min<int64_t>(chunk, end - r0));
-      arch::sync_block();  // the previous chunk is done with m, vn, aq, g
-      load_rows(m, p.t.u, r0, nr, n_v, j, [](int) { return 1.0f; });
-      for (int e = tid; e < chunk * chunk; e += threads) {
-        const int i = e / chunk;
-        aq[e] = i < nr ? p.t.aqk[((r0 + i) * n_v + j) * chunk + e % chunk] : 0.0f;
+      arch::sync_block();  // the previous chunk is done with every plane and g
+      // S^T planes from the fragments
+      Q35_UNROLL
+      for (int n = 0; n < s_tiles; ++n) {
+        Q35_UNROLL
+        for (int i = 0; i < 4; ++i) {
+          const arch::mma_coord at = ops::mma_acc_at(sc0, sk0 + 8 * n, i);
+          s.st.set(at.row, at.col, sacc[n].r[i]);
+        }
+      }
+      load_rows(s.m, p.t.u, r0, nr, n_v, j, [](int) { return 1.0f; });
+      for (int e = tid; e < chunk * chunk / 8; e += threads) {
+        const int i = e / (chunk / 8), c = 8 * (e % (chunk / 8));
+        float v[8] = {};
+        if (i < nr) {
+          Q35_UNROLL
+          for (int hh = 0; hh < 2; ++hh) {
+            const vec<float, 4> x = arch::load_16(p.t.aqk + ((r0 + i) * n_v + j) * chunk + c + 4 * hh);
+            Q35_UNROLL
+            for (int q = 0; q < 4; ++q) v[4 * hh + q] = x[q];
+          }
+        }
+        s.aq.set8(i, c, v);
       }
       if (tid < chunk) s.g[tid] = tid < nr ? p.t.g[(r0 + tid) * n_v + j] : 0.0f;
       arch::sync_block();
 
-      // V_new = W - U S
-      float acc[rows_per_thread];
-      rows_times_state(m, st, rg, col, acc);
+      // V_new = W - U S (padding rows 0), kept as V_new^T planes
+      arch::mma_c_f32_16x8 acc[2] = {};
+      ops::mma_split_product<false, 2, KDim>(acc, s.m, or0, s.st, oc0, 0);
       Q35_UNROLL
-      for (int r = 0; r < rows_per_thread; ++r) {
-        const int i = rg + row_groups * r;
-        vn[i * tile + col] = i < nr ? p.t.w[((r0 + i) * n_v + j) * VDim + c0 + col] - acc[r] : 0.0f;
+      for (int n = 0; n < 2; ++n) {
+        Q35_UNROLL
+        for (int i = 0; i < 4; ++i) {
+          const arch::mma_coord at = ops::mma_acc_at(or0, oc0 + 8 * n, i);  // (row, col)
+          const float w = at.row < nr ? p.t.w[((r0 + at.row) * n_v + j) * VDim + c0 + at.col] : 0.0f;
+          s.vt.set(at.col, at.row, at.row < nr ? w - acc[n].r[i] : 0.0f);
+        }
       }
-      arch::sync_block();
-      load_rows(m, p.t.q, r0, nr, n_k, h, [&](int i) { return arch::fast_exp(s.g[i]); });
+      arch::sync_block();  // U read, V_new^T complete
+      load_rows(s.m, p.t.q, r0, nr, n_k, h, [&](int i) { return arch::fast_exp(s.g[i]); });
       arch::sync_block();
 
       // O = (q e^G) S + Aqk V_new  (Aqk is 0 above the diagonal and on padding rows)
-      rows_times_state(m, st, rg, col, acc);
-      for (int c = 0; c < chunk; c += 4) {
-        float v[4];
+      Q35_UNROLL
+      for (int n = 0; n < 2; ++n) acc[n] = {};
+      ops::mma_split_product<false, 2, KDim>(acc, s.m, or0, s.st, oc0, 0);
+      ops::mma_split_product<false, 2, chunk>(acc, s.aq, or0, s.vt, oc0, 0);
+      Q35_UNROLL
+      for (int n = 0; n < 2; ++n) {
         Q35_UNROLL
-        for (int q = 0; q < 4; ++q) v[q] = vn[(c + q) * tile + col];
-        Q35_UNROLL
-        for (int r = 0; r < rows_per_thread; ++r) {
-          const vec<float, 4> a4 = *reinterpret_cast<const vec<float, 4>*>(aq + (rg + row_groups * r) * chunk + c);
-          Q35_UNROLL
-          for (int q = 0; q < 4; ++q) acc[r] += a4[q] * v[q];
+        for (int i = 0; i < 4; ++i) {
+          const arch::mma_coord at = ops::mma_acc_at(or0, oc0 + 8 * n, i);
+          if (at.row < nr) p.t.o[((r0 + at.row) * n_v + j) * VDim + c0 + at.col] = acc[n].r[i];
         }
       }
-      Q35_UNROLL
-      for (int r = 0; r < rows_per_thread; ++r) {
-        const int i = rg + row_groups * r;
-        if (i < nr) p.t.o[((r0 + i) * n_v + j) * VDim + c0 + col] = acc[r];
-      }
-      arch::sync_block();
+      arch::sync_block();  // q' read
       const float g_last = s.g[nr - 1];
-      load_rows(m, p.t.k, r0, nr, n_k, h, [&](int i) { return arch::fast_exp(g_last - s.g[i]); });
+      load_rows(s.m, p.t.k, r0, nr, n_k, h, [&](int i) { return arch::fast_exp(g_last - s.g[i]); });
       arch::sync_block();
 
-      // S <- e^(G_C) S + (k e^(G_C - G))^T V_new
+      // S^T <- e^(G_C) S^T + V_new^T K'
+      arch::mma_c_f32_16x8 upd[s_tiles] = {};
+      ops::mma_split_product<true, s_tiles, chunk>(upd, s.vt, sc0, s.m, sk0, 0);
       const float decay = arch::fast_exp(g_last);
-      const int k0 = rg * keys_per_thread;
-      float sk[keys_per_thread];
       Q35_UNROLL
-      for (int e = 0; e < keys_per_thread; ++e) sk[e] = st[(k0 + e) * tile + col] * decay;
-      for (int i = 0; i < nr; ++i) {
-        const float v = vn[i * tile + col];
+      for (int n = 0; n < s_tiles; ++n) {
         Q35_UNROLL
-        for (int e = 0; e < keys_per_thread; e += 4) {
-          const vec<float, 4> m4 = *reinterpret_cast<const vec<float, 4>*>(m + i * KDim + k0 + e);
-          Q35_UNROLL
-          for (int q = 0; q < 4; ++q) sk[e + q] += m4[q] * v;
-        }
+        for (int i = 0; i < 4; ++i) sacc[n].r[i] = sacc[n].r[i] * decay + upd[n].r[i];
       }
-      Q35_UNROLL
-      for (int e = 0; e < keys_per_thread; ++e) st[(k0 + e) * tile + col] = sk[e];
     }
-    arch::sync_block();
-    for (int e = tid; e < KDim * tile; e += threads) {
-      const int c = e / KDim, key = e % KDim;
-      pool[int64_t(c0 + c) * KDim + key] = st[key * tile + c];
+    Q35_UNROLL
+    for (int n = 0; n < s_tiles; ++n) {
+      Q35_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const arch::mma_coord at = ops::mma_acc_at(sc0, sk0 + 8 * n, i);
+        pool[int64_t(c0 + at.row) * KDim + at.col] = sacc[n].r[i];
+      }
     }
   }
 };
