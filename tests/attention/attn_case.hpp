@@ -48,6 +48,7 @@ class attn_case {
   std::vector<float> q_norm, k_norm;
   device_buffer<float> d_q_norm, d_k_norm;
   uint64_t seed;
+  bool last_step_mma = false;  // the last step ran attn_prefill_mma_kernel (prefill over f16 / bf16 KV)
 
   attn_case(int n_kv_heads, int group, int head_dim, int rope_dim, kv::kv_type t, int page_tokens, int64_t n_pages,
             uint64_t seed_)
@@ -146,6 +147,7 @@ class attn_case {
       return prefill ? launch::attention_prefill(c) : launch::attention_decode(c);
     }();
     if (!r.ok()) return {r, {}};
+    last_step_mma = prefill && !append_only && type != kv::kv_type::f32;
     for (size_t b = 0; b < batch.size(); ++b) seqs[batch[b]].len += n_new[b];
     return {status::success(), append_only ? std::vector<float>{} : to_host(d_out)};
   }
@@ -209,6 +211,8 @@ class attn_case {
   // Checks out (the result of step over `batch` with n_new tokens each) against float64; returns the
   // number of bad elements.
   int64_t check(const std::vector<float>& out, const std::vector<size_t>& batch, const std::vector<int64_t>& n_new) {
+    // the fp32 dot's score bound is not attn_prefill_mma_kernel's (attn_mma_check.hpp, check_step)
+    REQUIRE_MESSAGE(!last_step_mma, "the last step ran attn_prefill_mma_kernel: check it with check_step");
     const int D = shape.head_dim, H = shape.n_heads;
     int64_t row = 0, bad = 0;
     double worst = 0;

@@ -1,11 +1,12 @@
 // Paged attention (append + decode / prefill) against the float64 reference; tolerance derivation in
-// tests/reference/attention_reference.hpp.
+// tests/reference/attention_reference.hpp. A prefill step over f16 / bf16 KV runs attn_prefill_mma_kernel
+// and is checked with that kernel's own bound (attn_mma_check.hpp, check_step).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
-#include "attn_case.hpp"
+#include "attn_mma_check.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -32,7 +33,7 @@ void decode_batch(int n_kv_heads, int group, int head_dim, kv_type t, const std:
   const auto run = [&] {
     test::attn_case::step_result r = c.step(batch, one, false, n_splits);
     Q35_REQUIRE_OK(r.st);
-    CHECK(c.check(r.out, batch, one) == 0);
+    CHECK(test::check_step(c, r.out, batch, one) == 0);
     for (size_t i = 0; i < lens.size(); ++i) c.seqs[i].len -= 1;  // run the same step again
   };
   if (all_orders) {
@@ -69,7 +70,7 @@ TEST_CASE("attention decode: f16 and bf16 KV against f32 KV" * test::needs_devic
     Q35_REQUIRE_OK(c.step({0}, {199}, false, 0, true).st);
     auto r = c.step({0}, {1}, false, 0);
     Q35_REQUIRE_OK(r.st);
-    CHECK(c.check(r.out, {0}, {1}) == 0);
+    CHECK(test::check_step(c, r.out, {0}, {1}) == 0);
     outs.push_back(r.out);
   }
   // Outputs are o * sigmoid(g) with |o| <= max|v| <= 1: the KV rounding moves them by at most
@@ -93,7 +94,7 @@ TEST_CASE("attention prefill: whole prompt and the same prompt in chunks are bit
     chunked.grow(0, 50);
     auto w = whole.step({0}, {50}, true, 1);
     Q35_REQUIRE_OK(w.st);
-    CHECK(whole.check(w.out, {0}, {50}) == 0);
+    CHECK(test::check_step(whole, w.out, {0}, {50}) == 0);
     CHECK(test::count_differences(test::prefill_in_chunks(chunked, {17, 16, 1, 16}), w.out) == 0);
   }
 }
@@ -106,7 +107,7 @@ TEST_CASE("attention prefill: batches mixing cached and new lengths, splits, hea
     CAPTURE(splits);
     auto r = c.step({0, 1, 2}, {20, 3, 40}, true, splits);
     Q35_REQUIRE_OK(r.st);
-    CHECK(c.check(r.out, {0, 1, 2}, {20, 3, 40}) == 0);
+    CHECK(test::check_step(c, r.out, {0, 1, 2}, {20, 3, 40}) == 0);
     c.seqs[0].len -= 20, c.seqs[1].len -= 3, c.seqs[2].len -= 40;
   }
 }
@@ -118,7 +119,7 @@ TEST_CASE("attention prefill: GQA ratios 1, 2, 4, 6, 8 and a full-width rotation
     c.grow(0, 33), c.grow(1, 17);
     auto r = c.step({0, 1}, {33, 17}, true, 0);
     Q35_REQUIRE_OK(r.st);
-    CHECK(c.check(r.out, {0, 1}, {33, 17}) == 0);
+    CHECK(test::check_step(c, r.out, {0, 1}, {33, 17}) == 0);
   }
 }
 
@@ -145,7 +146,7 @@ TEST_CASE("attention: a forked sequence shares full pages, copies the partial on
   REQUIRE(c.total_tokens(1) == 45);
   auto r = c.step({0, 1}, {5, 5}, true, 0);
   Q35_REQUIRE_OK(r.st);
-  CHECK(c.check(r.out, {0, 1}, {5, 5}) == 0);
+  CHECK(test::check_step(c, r.out, {0, 1}, {5, 5}) == 0);
   auto d = c.step({1, 0}, {0, 0}, false, 0);  // nothing new: an empty batch is a no-op
   Q35_REQUIRE_OK(d.st);
 }
@@ -160,7 +161,7 @@ TEST_CASE("attention: running out of pages is a status and changes nothing" * te
   CHECK(c.alloc.free_pages() == 4);
   auto ok = c.step({0}, {64}, true, 0);
   Q35_REQUIRE_OK(ok.st);
-  CHECK(c.check(ok.out, {0}, {64}) == 0);
+  CHECK(test::check_step(c, ok.out, {0}, {64}) == 0);
 }
 
 // The >= 32k context: one kv head, two q heads, head_dim 128, f16; the history written from the host,
@@ -196,14 +197,14 @@ TEST_CASE("attention decode: a 32768-token context" * test::needs_device()) {
     CAPTURE(splits);
     auto r = c.step({0}, {1}, false, splits);
     Q35_REQUIRE_OK(r.st);
-    CHECK(c.check(r.out, {0}, {1}) == 0);
+    CHECK(test::check_step(c, r.out, {0}, {1}) == 0);
     c.seqs[0].len -= 1;
   }
   // and a 2-token prefill chunk at the end of the same context
   c.seqs[0].len -= 1;
   auto r = c.step({0}, {2}, true, 0);
   Q35_REQUIRE_OK(r.st);
-  CHECK(c.check(r.out, {0}, {2}) == 0);
+  CHECK(test::check_step(c, r.out, {0}, {2}) == 0);
 }
 
 TEST_CASE("attention: invalid arguments are statuses naming the value" * test::needs_device()) {
