@@ -2,15 +2,18 @@
 // (spec §2.2, chunk C = 64). Per chunk of one sequence and v-head j, with k-head h = j mod n_k and
 // G_i = sum_{s <= i} g_s within the chunk:
 //   A_ij   = beta_i (k_i . k_j) e^(G_i - G_j) for j < i, else 0;   L = I + A
-//   W      = L^-1 (beta v),   U = L^-1 (beta e^G k)                 (forward substitution)
+//   T      = L^-1 (blockwise, fp32),   W = T (beta v),   U = T (beta e^G k)
 //   Aqk_ij = (q_i . k_j) e^(G_i - G_j) for j <= i, else 0
 // and replaces g by G. Rows past the sequence end count as padding (beta = 0, g = 0, q = k = v = 0).
 //
 // Thread-to-data mapping: block (chunk x, v-head j, sequence i), 8 warps. K K^T and Q K^T run on
 // tensor cores at fp32 grade (ops/mma_split.hpp: k and q staged as 3 bf16 planes, 6 mma per 16
 // columns): warp w computes rows 16 (w % 4) .. + 16 of K K^T (w < 4) or Q K^T (w >= 4), only the n8
-// tiles that reach the diagonal. The forward substitution stays fp32 on CUDA cores (each thread owns
-// whole columns of [beta v | beta e^G k]), as does the cumulative sum of g.
+// tiles that reach the diagonal. The triangular inverse T = (I + A)^-1 stays fp32 on CUDA cores, by
+// 16 x 16 blocks: the 4 diagonal blocks by substitution (one column per thread), then the blocks
+// below by T_ij = -T_ii sum_{j <= k < i} A_ik T_kj, one block diagonal at a time (depth 3 x 2 small
+// products instead of 64 dependent steps); W = T (beta v) and U = T (beta e^G k) run on mma
+// (warp w: rows 16 (w / 2), half of the columns). The cumulative sum of g stays fp32 too.
 #pragma once
 
 #include <algorithm>
@@ -34,11 +37,10 @@ template <int KDim, int VDim>
 struct gdn_chunk_kernel {
   static constexpr int chunk = gdn_chunk_size;
   static constexpr int threads = 256;
-  // fp32 rows of the substitution: k padded by one float so that threads reading one key of
-  // consecutive rows hit different banks; v is only read along rows
-  static constexpr int k_stride = KDim + 1;
-  static constexpr int v_stride = VDim;
+  static constexpr int blk = 16, n_blk = 64 / blk;  // blocks of the triangular inverse
+  static constexpr int rhs_cols = KDim > VDim ? KDim : VDim;
   static_assert(threads == 256 && chunk == 64, "8 warps: 2 products x 4 row tiles of 16");
+  static_assert(KDim % 32 == 0 && VDim % 32 == 0, "half a row of W / U per warp: pairs of n8 tiles");
 
   struct params {
     const int32_t* seq_offsets;  // [n_seqs + 1]
@@ -47,8 +49,9 @@ struct gdn_chunk_kernel {
     int n_chunks;  // chunks of the longest sequence
     ops::gdn_heads heads;
   };
-  // Phase 1 (products) holds k and q as bf16 planes; phase 2 (substitution) reuses the space for A,
-  // beta v and beta e^G k in fp32. d = 128: 104 KB (2 blocks per sm_90 SM), d = 64: 55 KB.
+  // Phase 1 (K K^T, Q K^T) holds k and q as bf16 planes; phase 2 reuses the space for A and T in
+  // fp32, T's planes and one right-hand side's planes (beta v, then beta e^G k; T in fp32 is built in
+  // its space first). d = 128: 104 KB (2 blocks per sm_90 SM), d = 64: 55 KB.
   struct alignas(16) shared_storage {
     float beta[chunk];
     float g[chunk];  // cumulative log-decay G
@@ -57,9 +60,13 @@ struct gdn_chunk_kernel {
         ops::split_matrix<chunk, KDim> k, q;  // [row][key]
       } prod;
       struct {
-        float a[chunk][chunk];     // A_ij (j < i read only)
-        float v[chunk][v_stride];  // beta v, becomes W
-        float k[chunk][k_stride];  // beta e^G k, becomes U
+        float a[chunk][chunk + 1];          // A_ij (j < i read only)
+        float p[n_blk - 1][blk][blk + 1];   // sum_k A_ik T_kj of one block diagonal
+        ops::split_matrix<chunk, chunk> t;  // T planes [row][row']
+        union {
+          float tf[chunk][chunk + 1];              // T in fp32, until its planes are written
+          ops::split_matrix<chunk, rhs_cols> rhs;  // beta v or beta e^G k planes [row][col]
+        };
       } solve;
     };
   };
@@ -125,34 +132,86 @@ struct gdn_chunk_kernel {
       }
     }
 
-    // Right-hand sides: beta v and beta e^G k
-    for (int e = tid; e < chunk * KDim; e += threads) {
-      const int i = e / KDim, c = e % KDim;
-      s.solve.k[i][c] = i < nr ? p.t.k[((r0 + i) * n_k + h) * KDim + c] * (s.beta[i] * arch::fast_exp(s.g[i])) : 0.0f;
+    arch::sync_block();  // A complete
+    invert(s);
+    // W = T (beta v), U = T (beta e^G k): one right-hand side at a time through the same planes
+    rhs_times_t<VDim>(
+        s, tid, nr, [&](int i, int c) { return p.t.v[((r0 + i) * n_v + j) * VDim + c] * s.beta[i]; },
+        [&](int i, int c, float val) { p.t.w[((r0 + i) * n_v + j) * VDim + c] = val; });
+    rhs_times_t<KDim>(
+        s, tid, nr,
+        [&](int i, int c) { return p.t.k[((r0 + i) * n_k + h) * KDim + c] * (s.beta[i] * arch::fast_exp(s.g[i])); },
+        [&](int i, int c, float val) { p.t.u[((r0 + i) * n_v + j) * KDim + c] = val; });
+  }
+
+  // T = (I + A)^-1 from s.solve.a (A strictly lower triangular) into s.solve.t's planes (and
+  // s.solve.tf in fp32), by 16 x 16 blocks. Ends with a barrier.
+  static Q35_DEVICE void invert(shared_storage& s) {
+    const int tid = arch::thread_rank();
+    auto& tf = s.solve.tf;
+    // zero the blocks above the diagonal; diagonal blocks by substitution, one column per thread:
+    // x_r = [r == c] - sum_{c <= m < r} A_rm x_m within the block
+    for (int e = tid; e < chunk * chunk; e += threads) {
+      const int r = e / chunk, c = e % chunk;
+      if (c / blk > r / blk) tf[r][c] = 0.0f;
     }
-    for (int e = tid; e < chunk * VDim; e += threads) {
-      const int i = e / VDim, c = e % VDim;
-      s.solve.v[i][c] = i < nr ? p.t.v[((r0 + i) * n_v + j) * VDim + c] * s.beta[i] : 0.0f;
+    if (tid < chunk) {
+      const int b0 = blk * (tid / blk), c = tid % blk;
+      for (int r = 0; r < blk; ++r) {
+        float x = r == c ? 1.0f : 0.0f;
+        for (int m = c; m < r; ++m) x -= s.solve.a[b0 + r][b0 + m] * tf[b0 + m][b0 + c];
+        tf[b0 + r][b0 + c] = r < c ? 0.0f : x;
+      }
+    }
+    // block diagonal l: T_ij = -T_ii P_ij, P_ij = sum_{j <= k < i} A_ik T_kj, j = i - l
+    for (int l = 1; l < n_blk; ++l) {
+      arch::sync_block();  // the blocks of diagonal l - 1 are complete
+      const int n_ent = (n_blk - l) * blk * blk;
+      for (int e = tid; e < n_ent; e += threads) {
+        const int q = e / (blk * blk), r = e / blk % blk, c = e % blk, bi = q + l, bj = q;
+        float acc = 0.0f;
+        for (int m = blk * bj; m < blk * bi; ++m) acc += s.solve.a[blk * bi + r][m] * tf[m][blk * bj + c];
+        s.solve.p[q][r][c] = acc;
+      }
+      arch::sync_block();
+      for (int e = tid; e < n_ent; e += threads) {
+        const int q = e / (blk * blk), r = e / blk % blk, c = e % blk, bi = q + l, bj = q;
+        float acc = 0.0f;
+        for (int m = 0; m <= r; ++m) acc += tf[blk * bi + r][blk * bi + m] * s.solve.p[q][m][c];
+        tf[blk * bi + r][blk * bj + c] = -acc;
+      }
     }
     arch::sync_block();
+    for (int e = tid; e < chunk * chunk; e += threads) s.solve.t.set(e / chunk, e % chunk, tf[e / chunk][e % chunk]);
+    arch::sync_block();  // T's planes complete, tf no longer read (its space becomes rhs)
+  }
 
-    // (I + A) X = B by forward substitution, one column per thread: x_i = b_i - sum_{c < i} A_ic x_c
-    for (int col = tid; col < VDim + KDim; col += threads) {
-      float* xcol = col < VDim ? &s.solve.v[0][col] : &s.solve.k[0][col - VDim];
-      const int stride = col < VDim ? v_stride : k_stride;
-      for (int i = 1; i < nr; ++i) {
-        float acc_i = xcol[i * stride];
-        for (int c = 0; c < i; ++c) acc_i -= s.solve.a[i][c] * xcol[c * stride];
-        xcol[i * stride] = acc_i;
-      }
-      for (int i = 0; i < nr; ++i) {
-        if (col < VDim) {
-          p.t.w[((r0 + i) * n_v + j) * VDim + col] = xcol[i * stride];
-        } else {
-          p.t.u[((r0 + i) * n_v + j) * KDim + (col - VDim)] = xcol[i * stride];
-        }
+  // X = T B for one right-hand side B [chunk][Cols] (b(i, c) for the nr valid rows, 0 past them):
+  // B's planes, then warp w computes rows 16 (w / 2) .. + 16, columns (w % 2) Cols / 2 .. + Cols / 2,
+  // and store(i, c, x) for the valid rows. Ends with a barrier (the planes may be rewritten).
+  template <int Cols, class B, class Store>
+  static Q35_DEVICE void rhs_times_t(shared_storage& s, int tid, int nr, B b, Store store) {
+    constexpr int vecs = Cols / 8;
+    for (int e = tid; e < chunk * vecs; e += threads) {
+      const int i = e / vecs, c = 8 * (e % vecs);
+      float v[8];
+      Q35_UNROLL
+      for (int q = 0; q < 8; ++q) v[q] = i < nr ? b(i, c + q) : 0.0f;
+      s.solve.rhs.set8(i, c, v);
+    }
+    arch::sync_block();
+    const int warp = arch::warp_id(), m0 = 16 * (warp / 2), c0 = (warp % 2) * (Cols / 2);
+    arch::mma_c_f32_16x8 acc[Cols / 16] = {};
+    ops::mma_split_product<true, Cols / 16, chunk>(acc, s.solve.t, m0, s.solve.rhs, c0, 0);
+    Q35_UNROLL
+    for (int n = 0; n < Cols / 16; ++n) {
+      Q35_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const arch::mma_coord at = ops::mma_acc_at(m0, c0 + 8 * n, i);
+        if (at.row < nr) store(at.row, at.col, acc[n].r[i]);
       }
     }
+    arch::sync_block();
   }
 };
 
