@@ -51,7 +51,7 @@ struct gdn_chunk_kernel {
   };
   // Phase 1 (K K^T, Q K^T) holds k and q as bf16 planes; phase 2 reuses the space for A and T in
   // fp32, T's planes and one right-hand side's planes (beta v, then beta e^G k; T in fp32 is built in
-  // its space first). d = 128: 104 KB (2 blocks per sm_90 SM), d = 64: 55 KB.
+  // its space first). d = 128: 104 KB (2 blocks per sm_90 SM), d = 64: 75 KB.
   struct alignas(16) shared_storage {
     float beta[chunk];
     float g[chunk];  // cumulative log-decay G
@@ -85,17 +85,8 @@ struct gdn_chunk_kernel {
     for (int e = tid; e < chunk * vecs; e += threads) {
       const int i = e / vecs, c = 8 * (e % vecs);
       const int64_t at = ((r0 + i) * n_k + h) * KDim + c;
-      float kv[8] = {}, qv[8] = {};
-      if (i < nr) {
-        Q35_UNROLL
-        for (int hh = 0; hh < 2; ++hh) {
-          const vec<float, 4> k4 = arch::load_16(p.t.k + at + 4 * hh), q4 = arch::load_16(p.t.q + at + 4 * hh);
-          Q35_UNROLL
-          for (int q = 0; q < 4; ++q) kv[4 * hh + q] = k4[q], qv[4 * hh + q] = q4[q];
-        }
-      }
-      s.prod.k.set8(i, c, kv);
-      s.prod.q.set8(i, c, qv);
+      s.prod.k.load8(i, c, p.t.k + (i < nr ? at : 0), i < nr);
+      s.prod.q.load8(i, c, p.t.q + (i < nr ? at : 0), i < nr);
     }
     if (tid < chunk) {
       s.beta[tid] = tid < nr ? p.t.beta[(r0 + tid) * n_v + j] : 0.0f;

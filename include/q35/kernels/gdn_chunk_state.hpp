@@ -69,17 +69,7 @@ struct gdn_chunk_state_kernel {
     constexpr int vecs = KDim / 8;
     for (int e = arch::thread_rank(); e < chunk * vecs; e += threads) {
       const int i = e / vecs, c = 8 * (e % vecs);
-      float v[8] = {};
-      if (i < nr) {
-        const float f = scale(i);
-        Q35_UNROLL
-        for (int hh = 0; hh < 2; ++hh) {
-          const vec<float, 4> x = arch::load_16(src + ((r0 + i) * n_heads + hd) * KDim + c + 4 * hh);
-          Q35_UNROLL
-          for (int q = 0; q < 4; ++q) v[4 * hh + q] = x[q] * f;
-        }
-      }
-      m.set8(i, c, v);
+      m.load8(i, c, src + (i < nr ? ((r0 + i) * n_heads + hd) * KDim + c : 0), i < nr, i < nr ? scale(i) : 0.0f);
     }
   }
 
@@ -122,16 +112,7 @@ struct gdn_chunk_state_kernel {
       load_rows(s.m, p.t.u, r0, nr, n_v, j, [](int) { return 1.0f; });
       for (int e = tid; e < chunk * chunk / 8; e += threads) {
         const int i = e / (chunk / 8), c = 8 * (e % (chunk / 8));
-        float v[8] = {};
-        if (i < nr) {
-          Q35_UNROLL
-          for (int hh = 0; hh < 2; ++hh) {
-            const vec<float, 4> x = arch::load_16(p.t.aqk + ((r0 + i) * n_v + j) * chunk + c + 4 * hh);
-            Q35_UNROLL
-            for (int q = 0; q < 4; ++q) v[4 * hh + q] = x[q];
-          }
-        }
-        s.aq.set8(i, c, v);
+        s.aq.load8(i, c, p.t.aqk + (i < nr ? ((r0 + i) * n_v + j) * chunk + c : 0), i < nr);
       }
       if (tid < chunk) s.g[tid] = tid < nr ? p.t.g[(r0 + tid) * n_v + j] : 0.0f;
       arch::sync_block();

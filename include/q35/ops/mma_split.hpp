@@ -62,6 +62,20 @@ struct alignas(16) split_matrix {
     Q35_UNROLL
     for (int j = 0; j < parts; ++j) arch::store_16(reinterpret_cast<uint32_t*>(&p[j][r][c]), w[j]);
   }
+  // elements (r, c .. c + 7) <- src[0 .. 8) * scale (src 16-byte aligned: two 16-byte loads), or 0
+  // when !valid (padding rows)
+  Q35_DEVICE void load8(int r, int c, const float* src, bool valid, float scale = 1.0f) {
+    float v[8] = {};
+    if (valid) {
+      Q35_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        const vec<float, 4> x = arch::load_16(src + 4 * h);
+        Q35_UNROLL
+        for (int q = 0; q < 4; ++q) v[4 * h + q] = x[q] * scale;
+      }
+    }
+    set8(r, c, v);
+  }
 };
 
 // acc[n] += A[a_row .. a_row + 16)[k0 .. k0 + K) B for the warp's n8 tiles n < NT, with B
