@@ -60,6 +60,32 @@ TEST_CASE("attention decode: forced splits, including empty ones, every thread o
   decode_batch(2, 1, 256, kv_type::f32, {1, 40}, 64, 43);
 }
 
+// A fixed number of keys per split (attn_batch::split_keys): a sequence's decode row is bit-identical
+// alone and next to longer and shorter sequences (whose lengths would otherwise change its splits).
+TEST_CASE("attention decode: with split_keys a row does not depend on the rest of the batch" * test::needs_device()) {
+  const std::vector<int64_t> lens{200, 37, 900, 1};
+  std::vector<std::vector<float>> outs;
+  for (size_t n : {size_t(1), lens.size()}) {
+    CAPTURE(n);
+    test::attn_case c(2, 4, 128, 32, kv_type::f16, 16, 128, 57);
+    std::vector<size_t> batch;
+    std::vector<int64_t> hist, one;
+    for (size_t i = 0; i < n; ++i) {
+      c.grow(i, lens[i]);
+      batch.push_back(i), hist.push_back(lens[i] - 1), one.push_back(1);
+    }
+    Q35_REQUIRE_OK(c.step(batch, hist, false, 0, true).st);
+    c.split_keys = 64;  // the decode step: 4 splits for sequence 0, 15 for the longest
+    auto r = c.step(batch, one, false, 0);
+    Q35_REQUIRE_OK(r.st);
+    CHECK(test::check_step(c, r.out, batch, one) == 0);
+    outs.push_back(r.out);
+  }
+  const size_t row = outs[0].size();  // sequence 0's heads come first
+  CHECK(test::count_differences(std::vector<float>(outs[1].begin(), outs[1].begin() + std::ptrdiff_t(row)), outs[0]) ==
+        0);
+}
+
 // f16/bf16 KV against f32 KV on the same inputs: each within its bound of float64, so within the sum.
 TEST_CASE("attention decode: f16 and bf16 KV against f32 KV" * test::needs_device()) {
   std::vector<std::vector<float>> outs;
@@ -229,6 +255,11 @@ TEST_CASE("attention: invalid arguments are statuses naming the value" * test::n
   CHECK(msg([](auto& b) {
           b.batch.n_tokens = 3, b.batch.max_seq_tokens = 4, b.batch.max_seq_len = 4, b.batch.n_seqs = 1;
         }).find("max_seq_tokens = 4 exceeds") != std::string::npos);
+  CHECK(msg([](auto& b) { b.batch.split_keys = 6; }).find("split_keys = 6 is not") != std::string::npos);
+  CHECK(msg([](auto& b) {
+          b.batch.split_keys = 4, b.batch.n_tokens = 1, b.batch.n_seqs = 1;
+          b.batch.max_seq_tokens = 1, b.batch.max_seq_len = 4000;
+        }).find("split_keys = 4 gives 1000 splits") != std::string::npos);
   CHECK(msg([](auto& b) { b.workspace_bytes = 0; }).find("workspace") != std::string::npos);
   CHECK(msg([](auto& b) { b.kv = {}; }).find("empty KV view") != std::string::npos);
 }

@@ -53,6 +53,11 @@ struct attn_batch {
   int max_seq_tokens = 0;   // most new tokens of one sequence (grid sizing)
   int64_t max_seq_len = 0;  // longest seq_lens entry (split choice)
   int n_splits = 0;         // 0: chosen from max_seq_len and the SM count; > 0 forces (tests, benchmarks)
+  // > 0: every split covers this many keys (a multiple of 4), so n_splits = ceil(max_seq_len / split_keys)
+  // and the keys of a row's splits do not depend on the other sequences of the batch: a row's result is
+  // then the same whatever shares its call (batch invariance; splits past a sequence's end are empty and
+  // add exact zeros in the merge). Takes precedence over n_splits.
+  int split_keys = 0;
 };
 
 struct attn_layer_args {
@@ -67,6 +72,8 @@ struct attn_layer_args {
   // x already quantized by its producer (rmsnorm's act16 output: n_tokens rows of n_embd), or
   // empty: the layer quantizes x once for the projections that read it (quantize_shared_input).
   quant::act16_view maybe_x16;
+  // Each matmul computes a token's row as it would alone (launch::matmul_args::row_invariant).
+  bool row_invariant = false;
 };
 
 // The core entry points' arguments.
@@ -200,6 +207,15 @@ inline status validate(const attn_shape& s, const attn_batch& b, const kv::kv_la
     return bad_attn("max_seq_tokens = " + str(b.max_seq_tokens) + " exceeds n_tokens = " + str(b.n_tokens));
   if (b.n_splits < 0 || b.n_splits > attn_max_splits)
     return bad_attn("n_splits = " + str(b.n_splits) + " is outside 0.." + str(attn_max_splits));
+  if (b.split_keys < 0 || b.split_keys % 4 != 0)
+    return bad_attn("split_keys = " + str(b.split_keys) + " is not a non-negative multiple of 4");
+  if (b.split_keys > 0 && b.n_tokens > 0) {
+    const int64_t n = (b.max_seq_len + b.split_keys - 1) / b.split_keys;
+    if (n > attn_max_splits || (n > 1 && n * b.n_tokens > attn_split_row_budget))
+      return bad_attn("split_keys = " + str(b.split_keys) + " gives " + str(n) +
+                      " splits for max_seq_len = " + str(b.max_seq_len) + " (at most " + str(attn_max_splits) +
+                      ", and splits x n_tokens = " + str(b.n_tokens) + " at most " + str(attn_split_row_budget) + ")");
+  }
   if (b.n_tokens > 0 && (!b.seq_offsets || !b.positions || !b.page_row_offsets || !b.page_indices || !b.seq_lens))
     return bad_attn("null seq_offsets, positions or page table");
   if (kv.empty() || !kv.v) return bad_attn("empty KV view");
@@ -288,7 +304,7 @@ inline status run_attention(const attn_core_args& a, bool prefill, stream_t stre
   int n_splits = choose_splits(a.shape, a.batch, t);
   // split_keys: whole 4-key groups (so a group never leaves its page); no split left empty by design
   const int64_t per = (a.batch.max_seq_len + n_splits - 1) / n_splits;
-  const int split_keys = int(std::max<int64_t>(4, (per + 3) / 4 * 4));
+  const int split_keys = a.batch.split_keys > 0 ? a.batch.split_keys : int(std::max<int64_t>(4, (per + 3) / 4 * 4));
   n_splits = int(std::max<int64_t>(1, (a.batch.max_seq_len + split_keys - 1) / split_keys));
   const int64_t n_rows = a.batch.n_tokens * a.shape.n_heads;
   float* part_o = static_cast<float*>(a.workspace);
@@ -395,7 +411,7 @@ inline status attention_layer(const attn_layer_args& a, stream_t stream = nullpt
     matmul_args m;
     m.w = w, m.x = x, m.y = y, m.n_tokens = n, m.epilogue = e;
     m.maybe_workspace = mm_ws, m.workspace_bytes = mm_bytes, m.maybe_x16 = x16;
-    m.maybe_x8 = x8;
+    m.maybe_x8 = x8, m.row_invariant = a.row_invariant;
     return matmul(m, stream);
   };
   // x quantized once for its three projections (they then leave mm_ws alone; the output projection

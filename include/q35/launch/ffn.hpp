@@ -44,6 +44,8 @@ struct ffn_layer_args {
   // x already quantized by its producer (rmsnorm's act16 output: n_tokens rows of n_embd), read by
   // the GEMV's integer path instead of quantizing x again; or empty.
   quant::act16_view maybe_x16;
+  // Each matmul computes a token's row as it would alone (launch::matmul_args::row_invariant).
+  bool row_invariant = false;
 };
 
 namespace detail {
@@ -93,12 +95,12 @@ inline status dense_ffn(const ffn_layer_args& a, const dense_ffn_weights& w, str
   matmul_args g;
   g.w = w.gate, g.maybe_w_up = w.up, g.x = a.x, g.y = act, g.n_tokens = a.n_tokens;
   g.epilogue = ops::epilogue::swiglu, g.maybe_workspace = scratch, g.workspace_bytes = scratch_bytes;
-  g.maybe_x16 = a.maybe_x16;
+  g.maybe_x16 = a.maybe_x16, g.row_invariant = a.row_invariant;
   Q35_TRY(matmul(g, stream));
   // h += W_down act
   matmul_args d;
   d.w = w.down, d.x = act, d.y = a.h, d.n_tokens = a.n_tokens, d.epilogue = ops::epilogue::residual;
-  d.maybe_workspace = scratch, d.workspace_bytes = scratch_bytes;
+  d.maybe_workspace = scratch, d.workspace_bytes = scratch_bytes, d.row_invariant = a.row_invariant;
   return matmul(d, stream);
 }
 

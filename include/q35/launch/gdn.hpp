@@ -82,9 +82,6 @@ struct gdn_core_args {
   void* workspace = nullptr;  // chunked only: >= gdn_core_workspace_bytes(shape, n_tokens, chunked)
   size_t workspace_bytes = 0;
   gdn_core_mode mode = gdn_core_mode::automatic;
-  // x already quantized by its producer (rmsnorm's act16 output: n_tokens rows of n_embd), or
-  // empty: the layer quantizes x once for the projections that read it (quantize_shared_input).
-  quant::act16_view maybe_x16;
 };
 
 struct gdn_layer_args {
@@ -100,6 +97,8 @@ struct gdn_layer_args {
   // x already quantized by its producer (rmsnorm's act16 output: n_tokens rows of n_embd), or
   // empty: the layer quantizes x once for the projections that read it (quantize_shared_input).
   quant::act16_view maybe_x16;
+  // Each matmul computes a token's row as it would alone (launch::matmul_args::row_invariant).
+  bool row_invariant = false;
 };
 
 namespace detail {
@@ -360,7 +359,7 @@ inline status gdn_layer(const gdn_layer_args& a, stream_t stream = nullptr) {
     matmul_args m;
     m.w = w, m.x = x, m.y = y, m.n_tokens = n, m.epilogue = e;
     m.maybe_workspace = sc.matmul, m.workspace_bytes = sc.matmul_bytes, m.maybe_x16 = x16;
-    m.maybe_x8 = x8;
+    m.maybe_x8 = x8, m.row_invariant = a.row_invariant;
     return matmul(m, stream);
   };
   // x quantized once for its four projections (they then leave sc.matmul alone; ssm_out is the next to use it)

@@ -60,6 +60,11 @@ struct gemv_args {
   // Warps of a block that share a row (split-K): 1, 2 or 4; 0: chosen from the shape so that small
   // matrices still give every SM work (gemv_warps_per_row). Tests and benchmarks may force it.
   int warps_per_row = 0;
+  // Batch invariance: a token's row computed exactly as in a call of any other token count (1..8).
+  // Every instance sums a row's items in the same order, so only the path can differ: Q6_K's narrow
+  // one-token items (gemv_int_load_bytes) are then not taken and those rows take the float path at
+  // every token count. Off: one-token products take the fastest path the shape has.
+  bool row_invariant = false;
 };
 
 // Device scratch for quantizing `n_x_rows` activation rows of `cols` elements (plain mode: n_tokens;
@@ -77,7 +82,7 @@ inline constexpr int gemv_max_tokens = 8;
 // Q6_K rows that its 2048-weight item does not tile take 4-block items of 8-byte loads (rows a
 // multiple of 1024) or 2-block items of 4-byte loads (512), in one-token plain products (decode):
 // instances for 4/8 tokens and expert mode of these would double Q6_K's share of the CUDA build, and
-// those products take the float path.
+// those products take the float path (as do one-token products that ask for row_invariant).
 template <quant::weight_format Format>
 int gemv_int_load_bytes(const gemv_args<Format>& a) {
   const auto bits = reinterpret_cast<uintptr_t>(a.w) | reinterpret_cast<uintptr_t>(a.maybe_w_up) |
@@ -87,7 +92,7 @@ int gemv_int_load_bytes(const gemv_args<Format>& a) {
     constexpr int L = decltype(load)::value;
     if constexpr (ops::has_dot16_loads<Format, L>) {
       if (found == 0 && a.cols % ops::dot16<Format, L>::item_elems == 0 && bits % L == 0 &&
-          (L == 16 || (!a.maybe_expert_ids && a.n_tokens == 1)))
+          (L == 16 || (!a.maybe_expert_ids && a.n_tokens == 1 && !a.row_invariant)))
         found = L;
     }
   };

@@ -36,6 +36,9 @@ struct matmul_args {
   // several matmuls (quantize_shared_input); used past gemv_max_tokens for the GGUF integer formats
   // (no workspace needed then), ignored elsewhere.
   quant::act8x2_view maybe_x8;
+  // A token's row bit-identical whatever other tokens share the call, up to gemv_max_tokens tokens
+  // (gemv_args::row_invariant; the GEMM past that is invariant within itself but rounds differently).
+  bool row_invariant = false;
 };
 
 // Device scratch one matmul of n_tokens rows of `cols` inputs needs (callers size their workspace
@@ -63,13 +66,14 @@ inline status check_pair(const quant::weight_view& w, const quant::weight_view& 
 // Whether launch::matmul reads x as 16-bit activations for this weight and token count (the GEMV's
 // integer path: 1..gemv_max_tokens tokens, a format with ops::dot16 items that tile the row, and
 // weights aligned to the item's loads: gemv_int_load_bytes), given maybe_x16 or a workspace.
-inline bool matmul_int_path(const quant::weight_view& w, int64_t n_tokens) {
+inline bool matmul_int_path(const quant::weight_view& w, int64_t n_tokens, bool row_invariant = false) {
   if (n_tokens < 1 || n_tokens > gemv_max_tokens || w.empty() || w.n_mats != 1) return false;
   bool yes = false;
   (void)quant::with_format(w.type, [&](auto tag) {
     using F = typename decltype(tag)::type;
     gemv_args<F> g;
     g.w = static_cast<const typename F::block*>(w.data), g.cols = w.cols, g.n_tokens = int(n_tokens);
+    g.row_invariant = row_invariant;
     yes = gemv_has_int_path(g);
   });
   return yes;
@@ -128,7 +132,7 @@ inline status matmul(const matmul_args& a, stream_t stream = nullptr) {
     if (a.n_tokens <= gemv_max_tokens) {
       gemv_args<F> g;
       g.w = w, g.maybe_w_up = up, g.x = a.x, g.y = a.y, g.rows = a.w.rows, g.cols = a.w.cols;
-      g.n_tokens = int(a.n_tokens), g.epilogue = a.epilogue;
+      g.n_tokens = int(a.n_tokens), g.epilogue = a.epilogue, g.row_invariant = a.row_invariant;
       g.maybe_workspace = a.maybe_workspace, g.workspace_bytes = a.workspace_bytes;
       if (!a.maybe_x16.empty() && gemv_has_int_path(g)) g.maybe_x16 = a.maybe_x16;
       return gemv<F>(g, stream);

@@ -329,12 +329,12 @@ inline status moe_grouped(const ffn_layer_args& a, const moe_weights& w, const m
     // sh_y = W_sh_down (silu(W_sh_gate x) * (W_sh_up x))
     matmul_args m;
     m.w = w.shexp_gate, m.maybe_w_up = w.shexp_up, m.x = a.x, m.y = sh_act, m.n_tokens = a.n_tokens;
-    m.epilogue = ops::epilogue::swiglu, m.maybe_x8 = x8;
+    m.epilogue = ops::epilogue::swiglu, m.maybe_x8 = x8, m.row_invariant = a.row_invariant;
     m.maybe_workspace = ws + l.mm, m.workspace_bytes = l.total - l.mm;
     Q35_TRY(matmul(m, stream));
     matmul_args d;
     d.w = w.shexp_down, d.x = sh_act, d.y = sh_y, d.n_tokens = a.n_tokens;
-    d.maybe_workspace = ws + l.mm, d.workspace_bytes = l.total - l.mm;
+    d.maybe_workspace = ws + l.mm, d.workspace_bytes = l.total - l.mm, d.row_invariant = a.row_invariant;
     Q35_TRY(matmul(d, stream));
   }
   kernels::gemm_groups groups;
@@ -534,7 +534,7 @@ inline status moe_decode_gate_up(const ffn_layer_args& a, const moe_weights& w, 
   if (s.shared_ff_dim > 0 && !moe_fused_gate_up(w, s)) {
     matmul_args m;
     m.w = w.shexp_gate, m.maybe_w_up = w.shexp_up, m.x = a.x, m.y = b.sh_act, m.n_tokens = a.n_tokens;
-    m.epilogue = ops::epilogue::swiglu, m.maybe_x16 = x16;
+    m.epilogue = ops::epilogue::swiglu, m.maybe_x16 = x16, m.row_invariant = a.row_invariant;
     Q35_TRY(matmul(m, stream));
   }
   const moe_decode_paths paths = moe_decode_paths_of(w, s);
@@ -552,7 +552,7 @@ inline status moe_decode_gate_up(const ffn_layer_args& a, const moe_weights& w, 
   }));
   if (s.shared_ff_dim > 0 && !moe_fused_down(w, s)) {
     matmul_args m;
-    m.w = w.shexp_down, m.x = b.sh_act, m.y = b.sh_y, m.n_tokens = a.n_tokens;
+    m.w = w.shexp_down, m.x = b.sh_act, m.y = b.sh_y, m.n_tokens = a.n_tokens, m.row_invariant = a.row_invariant;
     Q35_TRY(matmul(m, stream));
   }
   return status::success();
