@@ -1,0 +1,206 @@
+// decoder: Qwen3.5 sequences on the device — embedding, the file's layer schedule (Gated DeltaNet or
+// gated attention; dense or MoE FFN), final norm, LM head and sampling — composed from the library's
+// layer calls. Shapes come from the file at run time. One decoder holds up to n_seq_max sequences, each
+// with its recurrent-state slot and its KV pages taken on demand from one pool of n_ctx tokens; a step
+// advances any of them at once.
+//
+// One sequence (the CLI; sequence 0):
+//   gen::decoder d;  Q35_TRY(d.init(model, cfg));
+//   Q35_TRY(d.eval(prompt_ids));              // prefill (in chunks of cfg.n_batch tokens)
+//   int32_t id;  Q35_TRY(d.sample(params, {}, id));   // only the id comes back to the host
+//   Q35_TRY(d.eval({&id, 1}));                // one decode step
+// Many (a server):
+//   Q35_TRY(d.step({{0, {&id0, 1}}, {3, prompt_chunk}}));   // seq 0 decodes while seq 3 prefills
+//   Q35_TRY(d.sample({{0, p0, recent0}, {3, p3, recent3}}, ids));
+//
+// Batch invariance (cfg.batch_invariant): a sequence's logits and tokens do not depend on which other
+// sequences share its steps, as long as its own inputs are the same (its prompt chunked the same way).
+// The rows of a step run in groups, and every layer call sees one group at a time: the one-token inputs
+// (decode rows) in groups of at most launch::gemv_max_tokens (8), each longer input (a prompt chunk)
+// alone. Within a decode group every row is computed as it would be alone: the GEMV sums each row in the
+// same order at 1..8 tokens and its calls ask for row_invariant (Q6_K rows whose one-token products would
+// take narrow integer items take the float path instead), attention splits cover a fixed key count
+// (split_keys), the Gated DeltaNet recurrence, the MoE decode kernels and the router are per row. The
+// cost: more than 8 decoding sequences read the weights once per group of 8, and the few Q6_K shapes
+// lose their one-token integer path. Without it one decode group takes every one-token input (past 8
+// rows the tensor-core GEMM, whose rows round differently from the GEMV's) and one-token steps take the
+// fastest path, so a row may differ in its last bits with the company it keeps.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "device_model.hpp"
+#include "q35/arch/graph.hpp"
+#include "q35/arch/memory.hpp"
+#include "q35/kv/kv_pool.hpp"
+#include "q35/kv/page_table.hpp"
+#include "q35/kv/recurrent_state.hpp"
+#include "q35/launch/sample.hpp"
+
+namespace q35::gen {
+
+struct decoder_config {
+  int64_t n_ctx = 4096;  // tokens of KV pool shared by all sequences (a single sequence may use all of it)
+  int n_seq_max = 1;     // sequences held at once (recurrent-state slots)
+  kv::kv_type kv_type = kv::kv_type::f16;
+  int64_t n_batch = 512;         // tokens of one input at most (eval() feeds a longer one in chunks)
+  bool keep_all_logits = false;  // eval()/step() return the logits of every input token, not only the last
+  bool use_graphs = true;        // CUDA: record decode-only steps once per sequence count and replay them
+  bool batch_invariant = false;  // rows independent of the batch (see above)
+};
+
+// What a prompt cache holds: the tokens fed so far and the device state after them.
+struct decoder_state {
+  std::vector<int32_t> tokens;
+  std::vector<uint8_t> recurrent;  // recurrent_state_pool::snapshot of the slot
+  std::vector<uint8_t> kv;         // K and V of every full-attention layer for the tokens
+  std::vector<float> last_logits;  // the logits after the last token, so generation can start from them
+};
+
+// One sequence's new tokens in a step.
+struct seq_input {
+  int seq = 0;
+  std::span<const int32_t> tokens;
+};
+
+// One sequence's draw after a step.
+struct seq_sample {
+  int seq = 0;
+  launch::sampling_params params;
+  std::span<const int32_t> recent;  // latest ids of the sequence, oldest first (repetition penalty)
+};
+
+// Checks that the compiled kernels serve every shape of `h`; the message names the GGUF key, the file's
+// value and the supported values.
+status check_supported(const io::model_hparams& h);
+
+class decoder {
+ public:
+  decoder() = default;
+  decoder(const decoder&) = delete;
+  decoder& operator=(const decoder&) = delete;
+  ~decoder();
+
+  status init(const device_model& m, const decoder_config& cfg);
+
+  // One step: every input's tokens after its sequence's n_past(seq) tokens (distinct sequences, each
+  // input 1..n_batch tokens, pages permitting). On success the last logits of each input's sequence are
+  // ready for sample()/last_logits() until the next step; with keep_all_logits `host_logits` (if given)
+  // receives every row of every input, inputs in the order given, appended.
+  status step(std::span<const seq_input> inputs, std::vector<float>* host_logits = nullptr);
+  // Draws the next token of each listed sequence on the device (each with its own parameters and its
+  // own random stream, which clear(seq) restarts); `ids` receives them in order. One host synchronization.
+  status sample(std::span<const seq_sample> requests, std::vector<int32_t>& ids);
+
+  int n_seq_max() const { return cfg_.n_seq_max; }
+  int64_t n_past(int seq) const;
+  const std::vector<int32_t>& tokens(int seq) const;
+  // Forgets sequence `seq` (state to zero, pages freed, random stream restarted).
+  status clear(int seq);
+  // The last logits row of `seq`, copied to the host.
+  status last_logits(int seq, std::vector<float>& out) const;
+  // Prompt cache: the state of `seq` after the tokens fed so far, and its restoration.
+  status save(int seq, decoder_state& out) const;
+  status load(int seq, const decoder_state& in);
+
+  // KV pages of the pool: all, free.
+  int64_t pages_total() const { return pages_.n_pages(); }
+  int64_t pages_free() const { return pages_.n_pages() > 0 ? pages_.free_pages() : 0; }
+  int page_tokens() const { return pages_.page_tokens(); }
+
+  // Sequence 0: the single-sequence interface of the CLI.
+  status eval(std::span<const int32_t> tokens, std::vector<float>* host_logits = nullptr);
+  status sample(const launch::sampling_params& p, std::span<const int32_t> recent, int32_t& id);
+  status last_logits(std::vector<float>& out) const { return last_logits(0, out); }
+  int64_t n_past() const { return n_past(0); }
+  const std::vector<int32_t>& tokens() const { return tokens(0); }
+  status clear();
+  status save(decoder_state& out) const { return save(0, out); }
+  status load(const decoder_state& in) { return load(0, in); }
+  int64_t n_ctx() const { return cfg_.n_ctx; }
+
+  uint64_t kv_bytes() const { return kv_bytes_; }
+  uint64_t recurrent_bytes() const { return recurrent_bytes_; }  // of one sequence
+  uint64_t workspace_bytes() const { return workspace_.bytes(); }
+  // Whether decode-only steps replay recorded graphs (CUDA), and how many steps did.
+  bool graphs_active() const;
+  int64_t graph_replays() const { return graph_replays_; }
+  stream_t stream() const { return stream_.get(); }
+
+  // Benchmark hook (--bench): while set, steps run eagerly (no graph) and `mark(c)` is called on the host
+  // right after the calls of category c are enqueued on stream(), so timestamps recorded there split a
+  // step by call.
+  enum class call { batch_upload, embedding, norm, attention, gdn, dense_ffn, moe_ffn, lm_head };
+  void set_call_hook(std::function<void(call)> mark) { hook_ = std::move(mark); }
+
+ private:
+  struct sequence {
+    int pages = -1;  // the page allocator's sequence
+    int64_t n_past = 0;
+    std::vector<int32_t> history;
+    int64_t logits_row = -1;  // its row of logits_ after the last step it took part in
+  };
+  // A run of rows that every layer call sees alone: the decode group (one-token inputs) or one prompt chunk.
+  struct group {
+    int64_t row0 = 0, n = 0;  // rows of the step
+    int n_seqs = 0;           // inputs (sequences) of the group
+    int max_seq_tokens = 0;   // longest input
+    int64_t max_seq_len = 0;  // longest sequence after the step (graphs: n_ctx)
+    int64_t header = 0;       // offset of its header in the batch record
+    int64_t page0 = 0;        // its first page index in the record
+    int64_t logit_row0 = 0;   // its first logits row; rows: n (keep_all_logits) or n_seqs
+    int64_t logit_rows = 0;
+    int64_t first_logit_token = 0;  // rows [row0 + first_logit_token, row0 + n) go to the LM head
+    bool decode = false;
+  };
+
+  status check_seq(int seq, const char* what) const;
+  // Builds the groups and the batch record of a step on the host, uploads it; reserves pages.
+  status plan_step(std::span<const seq_input> inputs);
+  // synchronize(stream()), after which no copy from the staging record is pending.
+  status sync() const;
+  // Every launch of one forward pass over the planned groups: what a graph records.
+  status forward(int64_t n_rows);
+  status copy_sequence_kv(int seq, std::vector<uint8_t>& blob, bool to_host, int64_t n_tokens) const;
+  launch::attn_shape attn_shape() const;
+  launch::gdn_shape gdn_shape() const;
+  launch::ffn_shape ffn_shape() const;
+
+  const device_model* m_ = nullptr;
+  decoder_config cfg_;
+  std::vector<sequence> seqs_;
+  std::vector<int> attn_index_, gdn_index_;  // per layer: its index among its kind
+  kv::kv_pool kv_;
+  kv::page_allocator pages_;
+  kv::recurrent_state_pool rs_;
+  owned_stream stream_;
+  std::vector<std::unique_ptr<launch_graph>> graphs_;  // [n decode rows]: the decode-only step of that size
+  bool graph_failed_ = false;
+  int64_t graph_replays_ = 0;
+  uint64_t kv_bytes_ = 0, recurrent_bytes_ = 0;
+  int64_t split_keys_ = 0;  // the decode groups' fixed keys per attention split
+  int64_t max_rows_ = 0;    // rows of a step at most: n_batch + n_seq_max
+  int64_t max_pages_ = 0;   // pages of the pool (the page indices of a step at most)
+  device_buffer<uint8_t> workspace_;
+  device_buffer<float> h_, a_, logits_;
+  device_buffer<uint8_t> a16_;  // a_ quantized by the norm for the GEMV's integer path (groups of <= 8 rows)
+  // The batch record of a step (decoder.cpp, record layout) and its pinned staging copy, uploaded whole.
+  std::vector<group> groups_;
+  device_buffer<int32_t> batch_;
+  pinned_buffer<int32_t> staging_;
+  mutable bool staging_in_flight_ = false;  // a copy from staging_ may be pending (until the next sync())
+  device_buffer<int32_t> recent_;
+  pinned_buffer<int32_t> recent_host_;
+  device_buffer<int32_t> result_;  // [n_seq_max + 1]: sampled ids, then the kernels' error flag
+  pinned_buffer<int32_t> result_host_;
+  device_buffer<uint64_t> rng_counters_;  // [n_seq_max]: each sequence's random stream
+  device_buffer<uint8_t> sample_ws_;
+  std::function<void(call)> hook_;
+};
+
+}  // namespace q35::gen

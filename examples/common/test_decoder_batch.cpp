@@ -1,0 +1,260 @@
+// Many sequences in one decoder: requests decoded together (admitted and departing mid-run, prompts in
+// chunks next to other sequences' decode tokens) give bit-identical logits and tokens to each request
+// decoded alone, on the dense, MoE and interleaved fixtures; a cancelled request gives back every page;
+// refused steps name the problem and change nothing.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "decoder.hpp"
+#include "q35/launch/gemv.hpp"
+#include "test_model.hpp"
+
+namespace {
+
+using namespace q35;
+
+struct request {
+  std::vector<int32_t> prompt;
+  int n_gen = 0;
+  launch::sampling_params params;
+  int cancel_after = -1;  // >= 0: cancelled after taking part in this many steps
+};
+
+// What one request saw: the last logits row after each step it took part in, and its tokens.
+struct trace {
+  std::vector<std::vector<float>> logits;
+  std::vector<int32_t> generated;
+};
+
+// A small continuous-batching scheduler: requests are admitted in order while a sequence is free; each
+// step every decoding sequence feeds its last token, and prefilling ones feed their next chunk (<= n_batch
+// tokens) while the step's prompt tokens stay within `budget` (the first chunk always goes); a request
+// departs after n_gen tokens (or when cancelled) and frees its sequence.
+std::vector<trace> run(gen::decoder& d, const std::vector<request>& reqs, int slots, int64_t n_batch, int64_t budget) {
+  struct active {
+    size_t req;
+    int seq;
+    size_t fed = 0;  // prompt tokens fed
+    int steps = 0;
+    std::vector<int32_t> history;  // prompt + generated, for the repetition window
+  };
+  std::vector<trace> out(reqs.size());
+  std::deque<size_t> waiting;
+  for (size_t i = 0; i < reqs.size(); ++i) waiting.push_back(i);
+  std::vector<active> act;
+  std::vector<int> free_seqs;
+  for (int s = slots - 1; s >= 0; --s) free_seqs.push_back(s);
+  const int64_t pages_at_start = d.pages_free();
+  while (!waiting.empty() || !act.empty()) {
+    while (!waiting.empty() && !free_seqs.empty()) {
+      act.push_back(active{waiting.front(), free_seqs.back()});
+      act.back().history = reqs[waiting.front()].prompt;
+      free_seqs.pop_back();
+      waiting.pop_front();
+    }
+    std::vector<gen::seq_input> inputs;
+    std::vector<size_t> who;  // index in act of each input
+    int64_t prompt_tokens = 0;
+    for (size_t i = 0; i < act.size(); ++i) {
+      active& a = act[i];
+      const request& r = reqs[a.req];
+      if (a.fed < r.prompt.size()) {
+        const int64_t n = std::min<int64_t>(int64_t(r.prompt.size() - a.fed), n_batch);
+        if (prompt_tokens > 0 && prompt_tokens + n > budget) continue;  // waits for a later step
+        prompt_tokens += n;
+        inputs.push_back({a.seq, std::span<const int32_t>(r.prompt).subspan(a.fed, size_t(n))});
+      } else {
+        inputs.push_back({a.seq, std::span<const int32_t>(&a.history.back(), 1)});
+      }
+      who.push_back(i);
+    }
+    REQUIRE(!inputs.empty());
+    Q35_OK(d.step(inputs));
+    std::vector<gen::seq_sample> draws;
+    std::vector<size_t> drawn;
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      active& a = act[who[k]];
+      const request& r = reqs[a.req];
+      if (a.fed < r.prompt.size()) a.fed += inputs[k].tokens.size();
+      ++a.steps;
+      std::vector<float> row;
+      Q35_OK(d.last_logits(a.seq, row));
+      out[a.req].logits.push_back(std::move(row));
+      if (a.fed == r.prompt.size()) {
+        draws.push_back({a.seq, r.params, a.history});
+        drawn.push_back(who[k]);
+      }
+    }
+    if (!draws.empty()) {
+      std::vector<int32_t> ids;
+      Q35_OK(d.sample(draws, ids));
+      for (size_t k = 0; k < drawn.size(); ++k) {
+        act[drawn[k]].history.push_back(ids[k]);
+        out[act[drawn[k]].req].generated.push_back(ids[k]);
+      }
+    }
+    // departures: done, or cancelled
+    for (size_t i = act.size(); i-- > 0;) {
+      const request& r = reqs[act[i].req];
+      const bool done = int(out[act[i].req].generated.size()) >= r.n_gen;
+      const bool cancelled = r.cancel_after >= 0 && act[i].steps >= r.cancel_after;
+      if (!done && !cancelled) continue;
+      const int64_t before = d.pages_free();
+      const int64_t held = (d.n_past(act[i].seq) + d.page_tokens() - 1) / d.page_tokens();
+      Q35_OK(d.clear(act[i].seq));
+      if (d.pages_total() > 0) CHECK(d.pages_free() == before + held);
+      CHECK(d.n_past(act[i].seq) == 0);
+      free_seqs.push_back(act[i].seq);
+      act.erase(act.begin() + std::ptrdiff_t(i));
+    }
+  }
+  CHECK(d.pages_free() == pages_at_start);
+  return out;
+}
+
+std::vector<request> make_requests(int count, int32_t n_vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> tok(0, n_vocab - 1);
+  // prompt lengths: one token, a few (the GEMV's buckets), more than a chunk (GEMM, chunked GDN past 16)
+  const int lengths[] = {7, 1, 41, 3, 19, 12, 2, 33, 9, 26, 5, 17};
+  std::vector<request> reqs(static_cast<size_t>(count));
+  for (int i = 0; i < count; ++i) {
+    request& r = reqs[size_t(i)];
+    r.prompt.resize(size_t(lengths[i % 12]));
+    for (int32_t& t : r.prompt) t = tok(rng);
+    r.n_gen = 3 + (i * 5) % 9;
+    r.params.temperature = i % 3 == 0 ? 0.0f : 0.9f;  // greedy and sampled, each with its own seed
+    r.params.top_k = i % 2 ? 0 : 20;
+    r.params.top_p = 0.95f, r.params.min_p = 0.02f;
+    r.params.repeat_penalty = i % 4 == 1 ? 1.1f : 1.0f;
+    r.params.repeat_last_n = 16;
+    r.params.seed = 1000 + uint64_t(i);
+  }
+  return reqs;
+}
+
+gen::decoder_config config(int n_seq_max, int64_t n_batch, bool invariant) {
+  gen::decoder_config c;
+  c.n_ctx = 512, c.n_seq_max = n_seq_max, c.n_batch = n_batch, c.kv_type = kv::kv_type::f16;
+  c.keep_all_logits = false, c.batch_invariant = invariant;
+  return c;
+}
+
+// Every request's logits rows and tokens in the batched run equal those of the request alone, bit for
+// bit (a cancelled request: the rows it saw). With tol >= 0 instead: the rows whose inputs are the same
+// (up to the first token that differs) agree within tol, and the largest difference is reported.
+void check_same(const std::vector<trace>& alone, const std::vector<trace>& batched, const std::vector<request>& reqs,
+                float tol = -1) {
+  float worst_all = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    CAPTURE(i);
+    const trace &a = alone[i], &b = batched[i];
+    size_t rows = b.logits.size();
+    if (tol >= 0) {
+      // a row after the prompt's steps feeds the token drawn before it: compare while those agree
+      size_t g = 0;
+      while (g < a.generated.size() && g < b.generated.size() && a.generated[g] == b.generated[g]) ++g;
+      rows = std::min(rows, a.logits.size() - a.generated.size() + g + 1);
+    } else if (reqs[i].cancel_after < 0) {
+      CHECK(b.generated == a.generated);
+      REQUIRE(b.logits.size() == a.logits.size());
+    }
+    REQUIRE(rows <= a.logits.size());
+    for (size_t k = 0; k < rows; ++k) {
+      CAPTURE(k);
+      REQUIRE(b.logits[k].size() == a.logits[k].size());
+      float worst = 0;
+      for (size_t j = 0; j < a.logits[k].size(); ++j)
+        worst = std::max(worst, std::abs(b.logits[k][j] - a.logits[k][j]));
+      CAPTURE(worst);  // the largest difference, when a row differs
+      worst_all = std::max(worst_all, worst);
+      if (tol < 0)
+        CHECK(std::memcmp(b.logits[k].data(), a.logits[k].data(), a.logits[k].size() * sizeof(float)) == 0);
+      else
+        CHECK(worst <= tol);
+    }
+  }
+  if (tol >= 0) MESSAGE("largest logit difference to the requests alone: ", worst_all);
+}
+
+void check_model(const std::string& gguf, int n_requests, int slots) {
+  INFO(gguf);
+  const auto l = test::load_model(gguf);
+  const int64_t n_batch = 16;
+  auto reqs = make_requests(n_requests, int32_t(l->model.hparams().n_vocab), 7);
+  reqs[4].cancel_after = 1;  // mid-prompt (19 tokens in chunks of 16)
+  reqs[5].cancel_after = 4;  // mid-generation
+  gen::decoder d;
+  Q35_OK(d.init(l->model, config(slots, n_batch, true)));
+  std::vector<trace> alone;
+  for (const request& r : reqs) alone.push_back(run(d, {r}, 1, n_batch, n_batch)[0]);
+  check_same(alone, run(d, reqs, slots, n_batch, n_batch), reqs);
+  if (slots > launch::gemv_max_tokens) {
+    // Without batch_invariant all decoding sequences form one group (the tensor-core GEMM past 8 rows,
+    // attention splits sized for 12 rows): the same weights, activations rounded to 16-bit integers
+    // where the float path ran alone (Q6_K rows) and other summation orders, so the rows agree to
+    // rounding (4.2e-4 at most here; a wrong page, slot or row would differ by whole units).
+    gen::decoder fast;
+    Q35_OK(fast.init(l->model, config(slots, n_batch, false)));
+    check_same(alone, run(fast, reqs, slots, n_batch, n_batch), reqs, 1e-3f);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("decoder batch: requests decoded together equal each decoded alone, bit for bit") {
+  // 8 sequences at once: one decode group, the GEMV's 1-, 4- and 8-token instances
+  for (const char* gguf : {"tiny_dense_q4km.gguf", "tiny_moe_q4km.gguf", "tiny_interleaved_q4km.gguf"})
+    check_model(gguf, 10, 8);
+}
+
+TEST_CASE("decoder batch: past 8 decoding sequences, batch_invariant keeps every row the same") {
+  // decode groups of 8 and 4 rows; then the same requests without batch_invariant, within rounding
+  check_model("tiny_interleaved_q4km.gguf", 12, 12);
+}
+
+TEST_CASE("decoder batch: refused steps name the problem and change nothing") {
+  const auto l = test::load_model("tiny_dense_q4km.gguf");
+  gen::decoder d;
+  gen::decoder_config c = config(2, 8, false);
+  c.n_ctx = 64;  // 4 pages
+  Q35_OK(d.init(l->model, c));
+  const std::vector<int32_t> t(8, 5), t9(9, 5);
+  auto refused = [&](std::vector<gen::seq_input> in, const std::string& what) {
+    const int64_t free0 = d.pages_free(), p0 = d.n_past(0), p1 = d.n_past(1);
+    const status s = d.step(in);
+    CAPTURE(s.to_string());
+    CHECK(!s.ok());
+    CHECK(s.to_string().find(what) != std::string::npos);
+    CHECK(d.pages_free() == free0);
+    CHECK(d.n_past(0) == p0);
+    CHECK(d.n_past(1) == p1);
+  };
+  refused({}, "no inputs");
+  refused({{0, t}, {0, t}}, "appears twice");
+  refused({{2, t}}, "sequence 2 is outside 0..1");
+  refused({{0, t9}}, "9 new tokens (1..8 per step)");
+  refused({{0, {}}}, "0 new tokens");
+  const std::vector<int32_t> bad{1, 2, 512};
+  refused({{0, bad}}, "token id 512 at position 2");
+  for (int i = 0; i < 6; ++i) Q35_OK(d.step(std::vector<gen::seq_input>{{0, t}}));  // 48 tokens: 3 of 4 pages
+  refused({{0, t}, {1, t}}, "16 tokens, more than a step holds (10 = batch size + sequences)");
+  refused({{0, {t.data(), 1}}, {1, t}}, "out of pages: the step needs 2 more, 1 free");
+  Q35_OK(d.step(std::vector<gen::seq_input>{{1, t}}));
+  CHECK(d.pages_free() == 0);
+  std::vector<int32_t> ids;
+  CHECK(!d.sample(std::vector<gen::seq_sample>{{1, {}, {}}, {0, {}, {}}}, ids).ok());  // 0 took no part
+  Q35_OK(d.clear(0));
+  CHECK(d.pages_free() == 3);
+  Q35_OK(d.clear(1));
+  CHECK(d.pages_free() == d.pages_total());
+}

@@ -1,0 +1,38 @@
+// For the composition's tests (doctest): a fixture model of tests/data bound and loaded onto the
+// device, and a check that a q35::status is ok that prints its message when it is not.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <memory>
+#include <string>
+
+#include "device_model.hpp"
+#include "model_loader.hpp"
+
+#define Q35_OK(expr)                 \
+  do {                               \
+    const ::q35::status s_ = (expr); \
+    INFO(s_.to_string());            \
+    REQUIRE(s_.ok());                \
+  } while (0)
+
+namespace q35::test {
+
+struct loaded_model {
+  io::gguf_file file;
+  io::bound_model bound;
+  gen::device_model model;
+};
+
+// tests/data/<name>, matched against the known model traits (any valid file binds).
+inline std::unique_ptr<loaded_model> load_model(const std::string& name) {
+  auto l = std::unique_ptr<loaded_model>(
+      new loaded_model{io::gguf_file::open(std::string(Q35_TEST_DATA_DIR) + "/" + name), {}, {}});
+  std::string matched;
+  l->bound = cli::bind_any_model(l->file, matched);
+  Q35_OK(l->model.load(l->file, l->bound));
+  return l;
+}
+
+}  // namespace q35::test
