@@ -1,27 +1,42 @@
 // The Qwen3.5 chat template (ChatML with a thinking block) written as code, not run by a Jinja
 // engine: it reproduces llama.cpp's models/templates/Qwen3.5-4B.jinja (the `tokenizer.chat_template`
-// of Qwen3.5 GGUFs, spec §5) for text conversations. Not covered: the tool list system block, tool
-// calls inside assistant turns, images and videos.
+// of Qwen3.5 GGUFs, spec §5) for text conversations, the tool list system block and tool calls inside
+// assistant turns. Not covered: images and videos.
 #pragma once
 
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "q35/io/tokenizer_error.hpp"
 
 namespace q35::io {
 
+// A function call of a past assistant turn. io/ carries no JSON library, so each argument value comes
+// as the text the template prints for it (`args_value|tojson` or `args_value|string` under Python):
+// a string as is, an object or array as tojson text (json.dumps: ", " and ": " separators, keys in
+// order, non-ASCII kept), any other value as Python's str() ("True", "None", "42", "1e+16").
+struct chat_tool_call {
+  std::string name;
+  std::vector<std::pair<std::string, std::string>> arguments;  // (name, rendered value) in the call's order
+};
+
 struct chat_message {
   std::string role;  // "system" (first message only), "user", "assistant" or "tool"
   std::string content;
   std::optional<std::string> reasoning_content;  // an assistant turn's thinking, if kept apart from content
+  std::vector<chat_tool_call> tool_calls;        // an assistant turn's calls, rendered after its content
 };
 
 struct chat_options {
   bool add_generation_prompt = true;  // end with the opening of the assistant's turn
   bool enable_thinking = true;        // false: the generation prompt carries an empty think block
+  // The tools the model may call, each as the template's `tool|tojson` prints it (see chat_tool_call);
+  // none: no tool block.
+  std::vector<std::string> tools;
 };
 
 namespace detail {
@@ -47,6 +62,57 @@ inline bool is_tool_response(std::string_view content) {
   return content.starts_with(open) && content.ends_with(close);
 }
 
+// The system turn that lists the tools and teaches the call format; the system message follows it.
+inline std::string tools_system_turn(std::span<const std::string> tools, std::string_view system) {
+  std::string out = "<|im_start|>system\n# Tools\n\nYou have access to the following functions:\n\n<tools>";
+  for (const std::string& t : tools) out += "\n" + t;
+  out += "\n</tools>";
+  out +=
+      "\n"
+      "\n"
+      "If you choose to call a function ONLY reply in the following format with NO suffix:\n"
+      "\n"
+      "<tool_call>\n"
+      "<function=example_function_name>\n"
+      "<parameter=example_parameter_1>\n"
+      "value_1\n"
+      "</parameter>\n"
+      "<parameter=example_parameter_2>\n"
+      "This is the value for the second parameter\n"
+      "that can span\n"
+      "multiple lines\n"
+      "</parameter>\n"
+      "</function>\n"
+      "</tool_call>\n"
+      "\n"
+      "<IMPORTANT>\n"
+      "Reminder:\n"
+      "- Function calls MUST follow the specified format: an inner <function=...></function> block must be nested "
+      "within <tool_call></tool_call> XML tags\n"
+      "- Required parameters MUST be specified\n"
+      "- You may provide optional reasoning for your function call in natural language BEFORE the function call, but "
+      "NOT after\n"
+      "- If there is no function call available, answer the question like normal with your current knowledge and do "
+      "not tell the user about function calls\n"
+      "</IMPORTANT>";
+  if (!system.empty()) out += "\n\n" + std::string(system);
+  return out + "<|im_end|>\n";
+}
+
+// An assistant turn's calls: <tool_call>\n<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n...
+inline void append_tool_calls(std::string& out, std::span<const chat_tool_call> calls, bool has_content) {
+  for (size_t j = 0; j < calls.size(); ++j) {
+    // the first call is set apart from the content by a blank line; later ones follow on the next line
+    out += j > 0         ? "\n<tool_call>\n<function="
+           : has_content ? "\n\n<tool_call>\n<function="
+                         : "<tool_call>\n<function=";
+    out += calls[j].name + ">\n";
+    for (const auto& [name, value] : calls[j].arguments)
+      out += "<parameter=" + name + ">\n" + value + "\n</parameter>\n";
+    out += "</function>\n</tool_call>";
+  }
+}
+
 }  // namespace detail
 
 // The prompt text for `messages` (parse its special tokens when encoding it). Throws tokenizer_error
@@ -56,8 +122,11 @@ inline std::string render_chat(std::span<const chat_message> messages, const cha
   constexpr std::string_view think_open = "<think>", think_close = "</think>";
   if (messages.empty()) throw tokenizer_error("chat template: no messages provided");
   std::string out;
-  if (messages[0].role == "system")
-    out += "<|im_start|>system\n" + std::string(detail::trim(messages[0].content)) + "<|im_end|>\n";
+  const std::string_view system = messages[0].role == "system" ? detail::trim(messages[0].content) : "";
+  if (!opt.tools.empty())
+    out += detail::tools_system_turn(opt.tools, system);
+  else if (messages[0].role == "system")
+    out += "<|im_start|>system\n" + std::string(system) + "<|im_end|>\n";
 
   // Turns after the last real user query keep their reasoning.
   std::optional<size_t> last_query;
@@ -90,9 +159,13 @@ inline std::string render_chat(std::span<const chat_message> messages, const cha
         content = detail::lstrip(content.substr(content.rfind(think_close) + think_close.size()), "\n");
       }
       reasoning = detail::trim(reasoning);
+      // After the last query every turn gets a think block, an empty one too (upstream llama.cpp and
+      // Qwen's own template; some forks skip empty blocks).
       out += "<|im_start|>assistant\n";
-      if (i > *last_query && !reasoning.empty()) out += "<think>\n" + std::string(reasoning) + "\n</think>\n\n";
-      out += std::string(content) + "<|im_end|>\n";
+      if (i > *last_query) out += "<think>\n" + std::string(reasoning) + "\n</think>\n\n";
+      out += content;
+      detail::append_tool_calls(out, m.tool_calls, !detail::trim(content).empty());
+      out += "<|im_end|>\n";
     } else if (m.role == "tool") {
       // Consecutive tool results share one user turn.
       if (i > 0 && messages[i - 1].role != "tool") out += "<|im_start|>user";
