@@ -1,0 +1,172 @@
+// Response bodies, SSE frames and the API key check of qwen35_server.
+#include <algorithm>
+#include <random>
+
+#include "api.hpp"
+#include "json_util.hpp"
+
+namespace q35::server {
+namespace {
+
+using detail::json;
+
+const char* finish_name(finish_reason f) {
+  return f == finish_reason::length ? "length" : f == finish_reason::tool_calls ? "tool_calls" : "stop";
+}
+
+json usage_json(const usage_info& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+}
+
+json call_json(const tool_call& c) {
+  return {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}};
+}
+
+json head(const response_meta& meta, const char* object) {
+  return {{"id", meta.id}, {"object", object}, {"created", meta.created}, {"model", meta.model}};
+}
+
+// One streamed chunk: the head, one choice, and "usage": null when usage comes at the end (OpenAI's form).
+std::string chunk(const response_meta& meta, const char* object, json choice, bool include_usage) {
+  json j = head(meta, object);
+  j["choices"] = json::array({std::move(choice)});
+  if (include_usage) j["usage"] = nullptr;
+  return sse_event(detail::dump(j));
+}
+
+// The last frames of a stream: the usage chunk (no choices) when asked for, then [DONE].
+std::string tail(const response_meta& meta, const char* object, bool include_usage, const usage_info& usage) {
+  std::string out;
+  if (include_usage) {
+    json j = head(meta, object);
+    j["choices"] = json::array();
+    j["usage"] = usage_json(usage);
+    out += sse_event(detail::dump(j));
+  }
+  out += sse_done;
+  return out;
+}
+
+}  // namespace
+
+std::string new_id(std::string_view prefix) {
+  static constexpr std::string_view alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  std::random_device rd;
+  std::string id(prefix);
+  for (int i = 0; i < 24; ++i) id += alphabet[rd() % alphabet.size()];
+  return id;
+}
+
+std::string chat_completion_body(const response_meta& meta, const parsed_output& out, finish_reason finish,
+                                 const usage_info& usage) {
+  json message = {{"role", "assistant"}};
+  message["content"] = out.content.empty() && !out.tool_calls.empty() ? json(nullptr) : json(out.content);
+  if (!out.reasoning_content.empty()) message["reasoning_content"] = out.reasoning_content;
+  if (!out.tool_calls.empty()) {
+    message["tool_calls"] = json::array();
+    for (const tool_call& c : out.tool_calls) message["tool_calls"].push_back(call_json(c));
+    if (finish == finish_reason::stop) finish = finish_reason::tool_calls;
+  }
+  json j = head(meta, "chat.completion");
+  j["choices"] = json::array(
+      {{{"index", 0}, {"message", std::move(message)}, {"logprobs", nullptr}, {"finish_reason", finish_name(finish)}}});
+  j["usage"] = usage_json(usage);
+  return detail::dump(j);
+}
+
+std::string completion_body(const response_meta& meta, std::string_view text, finish_reason finish,
+                            const usage_info& usage) {
+  json j = head(meta, "text_completion");
+  j["choices"] = json::array(
+      {{{"text", std::string(text)}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_name(finish)}}});
+  j["usage"] = usage_json(usage);
+  return detail::dump(j);
+}
+
+std::string models_body(std::span<const std::string> model_ids, int64_t created, std::string_view owned_by) {
+  json data = json::array();
+  for (const std::string& id : model_ids)
+    data.push_back({{"id", id}, {"object", "model"}, {"created", created}, {"owned_by", std::string(owned_by)}});
+  return detail::dump({{"object", "list"}, {"data", std::move(data)}});
+}
+
+std::string sse_event(std::string_view json_text) { return "data: " + std::string(json_text) + "\n\n"; }
+
+std::string chat_stream::begin() const {
+  return chunk(meta_, "chat.completion.chunk",
+               {{"index", 0},
+                {"delta", {{"role", "assistant"}, {"content", ""}}},
+                {"logprobs", nullptr},
+                {"finish_reason", nullptr}},
+               include_usage_);
+}
+
+std::string chat_stream::delta(const stream_delta& d) {
+  json delta;
+  if (d.kind == delta_kind::tool_call) {
+    // streamed calls carry their position, and come whole: id, name and all the arguments at once
+    json call = {{"index", n_calls_++}};
+    const json rest = call_json(d.call);
+    for (const auto& [k, v] : rest.items()) call[k] = v;
+    delta["tool_calls"] = json::array({std::move(call)});
+  } else {
+    if (d.text.empty()) return "";
+    delta[d.kind == delta_kind::reasoning ? "reasoning_content" : "content"] = d.text;
+  }
+  return chunk(meta_, "chat.completion.chunk",
+               {{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", nullptr}},
+               include_usage_);
+}
+
+std::string chat_stream::end(finish_reason finish, const usage_info& usage) const {
+  if (finish == finish_reason::stop && n_calls_ > 0) finish = finish_reason::tool_calls;
+  return chunk(meta_, "chat.completion.chunk",
+               {{"index", 0}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", finish_name(finish)}},
+               include_usage_) +
+         tail(meta_, "chat.completion.chunk", include_usage_, usage);
+}
+
+std::string completion_stream::delta(std::string_view text) const {
+  if (text.empty()) return "";
+  return chunk(meta_, "text_completion",
+               {{"text", std::string(text)}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullptr}},
+               include_usage_);
+}
+
+std::string completion_stream::end(finish_reason finish, const usage_info& usage) const {
+  return chunk(meta_, "text_completion",
+               {{"text", ""}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_name(finish)}},
+               include_usage_) +
+         tail(meta_, "text_completion", include_usage_, usage);
+}
+
+bool keys_equal(std::string_view a, std::string_view b) {
+  // Every byte position up to the longer length is visited and folded into one accumulator; the
+  // volatile store keeps the compiler from turning the loop into an early-exit comparison.
+  const size_t n = std::max(a.size(), b.size());
+  volatile unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < n; ++i) {
+    const auto x = static_cast<unsigned char>(i < a.size() ? a[i] : 0);
+    const auto y = static_cast<unsigned char>(i < b.size() ? b[i] : 0);
+    diff = diff | static_cast<unsigned char>(x ^ y);
+  }
+  return diff == 0;
+}
+
+bool check_bearer(std::string_view header, std::string_view key) {
+  if (key.empty()) return false;
+  constexpr std::string_view ows = " \t";
+  const size_t b = header.find_first_not_of(ows);
+  if (b == std::string_view::npos) return false;
+  header = header.substr(b, header.find_last_not_of(ows) - b + 1);
+  constexpr std::string_view scheme = "bearer";
+  if (header.size() <= scheme.size() || ows.find(header[scheme.size()]) == std::string_view::npos) return false;
+  for (size_t i = 0; i < scheme.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(header[i])) != scheme[i]) return false;
+  const std::string_view token = header.substr(header.find_first_not_of(ows, scheme.size()));
+  return keys_equal(token, key);
+}
+
+}  // namespace q35::server

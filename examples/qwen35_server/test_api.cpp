@@ -1,0 +1,736 @@
+// qwen35_server_api: every rejection of the request parsers, the chat prompt of a full request against
+// the Jinja template (expected text from jinja2 with transformers' tojson), the output parsers whole and
+// streamed, the response bodies and SSE frames, and the API key comparison.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "api.hpp"
+#include "json_util.hpp"
+
+namespace srv = q35::server;
+using srv::api_error;
+using srv::chat_request;
+using srv::completion_request;
+
+namespace {
+
+chat_request chat_ok(std::string_view body, const srv::api_limits& limits = {}) {
+  auto r = srv::parse_chat_request(body, limits);
+  if (const auto* e = std::get_if<api_error>(&r)) FAIL_CHECK("unexpected error: ", e->message);
+  REQUIRE(std::holds_alternative<chat_request>(r));
+  return std::get<chat_request>(r);
+}
+
+api_error chat_err(std::string_view body, const srv::api_limits& limits = {}) {
+  auto r = srv::parse_chat_request(body, limits);
+  REQUIRE_MESSAGE(std::holds_alternative<api_error>(r), "accepted: ", body);
+  return std::get<api_error>(r);
+}
+
+api_error completion_err(std::string_view body) {
+  auto r = srv::parse_completion_request(body);
+  REQUIRE_MESSAGE(std::holds_alternative<api_error>(r), "accepted: ", body);
+  return std::get<api_error>(r);
+}
+
+// A chat body with one user message plus `extra` top-level fields ("" for none).
+std::string with_fields(std::string_view extra) {
+  return std::string(R"({"messages": [{"role": "user", "content": "Hi"}])") + (extra.empty() ? "" : ", ") +
+         std::string(extra) + "}";
+}
+// A chat body whose messages array is `messages`.
+std::string with_messages(std::string_view messages) { return "{\"messages\": " + std::string(messages) + "}"; }
+
+struct bad_case {
+  std::string body;
+  std::string param;    // the field the error must name
+  std::string message;  // a piece the message must contain
+};
+
+void check_rejections(const std::vector<bad_case>& cases, bool completion = false) {
+  for (const bad_case& c : cases) {
+    CAPTURE(c.body);
+    const api_error e = completion ? completion_err(c.body) : chat_err(c.body);
+    CHECK(e.status == 400);
+    CHECK(e.type == "invalid_request_error");
+    CHECK(e.param == c.param);
+    CHECK_MESSAGE(e.message.find(c.message) != std::string::npos, e.message);
+  }
+}
+
+}  // namespace
+
+// ---- requests: defaults and accepted forms -------------------------------------------------------
+
+TEST_CASE("server api: a minimal chat request gets OpenAI's defaults") {
+  const chat_request r = chat_ok(with_fields(""));
+  CHECK(r.model.empty());
+  CHECK(r.prompt == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n");
+  CHECK(r.sampling.temperature == 1.0f);
+  CHECK(r.sampling.top_k == 0);
+  CHECK(r.sampling.top_p == 1.0f);
+  CHECK(r.sampling.min_p == 0.0f);
+  CHECK(r.sampling.repeat_penalty == 1.0f);
+  CHECK(!r.sampling.seed);
+  CHECK(!r.max_tokens);
+  CHECK(!r.stream);
+  CHECK(!r.include_usage);
+  CHECK(r.output.thinking);
+  CHECK(!r.output.tool_calls);
+  CHECK(r.output.stop.empty());
+  CHECK(r.output.call_id_prefix.starts_with("call_"));
+}
+
+TEST_CASE("server api: every supported field maps onto the request") {
+  const chat_request r = chat_ok(with_fields(
+      R"("model": "qwen3.5-4b", "stream": true, "stream_options": {"include_usage": true}, "max_tokens": 100,
+         "max_completion_tokens": 50, "temperature": 0.5, "top_p": 0.9, "top_k": 20, "min_p": 0.05,
+         "repetition_penalty": 1.1, "presence_penalty": 0.5, "frequency_penalty": -1, "seed": 42,
+         "stop": ["###", "", "END"], "n": 1, "enable_thinking": true, "chat_template_kwargs": {"enable_thinking": false},
+         "response_format": {"type": "text"}, "user": "u1", "metadata": {"k": "v"}, "store": false,
+         "service_tier": "auto", "parallel_tool_calls": false, "logprobs": false, "top_logprobs": 0,
+         "logit_bias": {}, "tool_choice": "auto")"));
+  CHECK(r.model == "qwen3.5-4b");
+  CHECK(r.stream);
+  CHECK(r.include_usage);
+  CHECK(r.max_tokens == 50);  // max_completion_tokens wins over the older max_tokens
+  CHECK(r.sampling.temperature == 0.5f);
+  CHECK(r.sampling.top_p == 0.9f);
+  CHECK(r.sampling.top_k == 20);
+  CHECK(r.sampling.min_p == 0.05f);
+  CHECK(r.sampling.repeat_penalty == 1.1f);
+  CHECK(r.sampling.seed == 42u);
+  CHECK(r.output.stop == std::vector<std::string>{"###", "END"});  // empty stop strings dropped
+  CHECK(!r.output.thinking);  // chat_template_kwargs wins over the top-level switch
+  CHECK(r.prompt.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+
+  // explicit nulls are absent fields; seed -1 asks for a random seed; top_k -1 is off
+  const chat_request n = chat_ok(with_fields(
+      R"("model": null, "max_tokens": null, "temperature": null, "stop": null, "tools": null, "seed": -1, "top_k": -1)"));
+  CHECK(!n.max_tokens);
+  CHECK(n.sampling.temperature == 1.0f);
+  CHECK(!n.sampling.seed);
+  CHECK(n.sampling.top_k == 0);
+  CHECK(chat_ok(with_fields(R"("seed": -2)")).sampling.seed == uint64_t(-2));  // modulo 2^64
+  CHECK(chat_ok(with_fields(R"("seed": 18446744073709551615)")).sampling.seed == UINT64_MAX);
+  CHECK(chat_ok(with_fields(R"("stop": "\n\n")")).output.stop == std::vector<std::string>{"\n\n"});
+  CHECK(chat_ok(with_fields(R"("enable_thinking": false)")).prompt.ends_with("<think>\n\n</think>\n\n"));
+  CHECK(chat_ok(with_fields(R"("max_tokens": 32768)")).max_tokens == 32768);
+}
+
+TEST_CASE("server api: content parts, developer role, reasoning_content and tool_calls reach the prompt") {
+  const chat_request r = chat_ok(with_messages(
+      R"([{"role": "developer", "content": [{"type": "text", "text": "Be"}, {"type": "text", "text": " brief."}]},
+          {"role": "user", "content": [{"type": "text", "text": "Hi"}], "name": "ann"},
+          {"role": "assistant", "content": "Hello", "reasoning_content": "greet", "refusal": null, "annotations": []},
+          {"role": "user", "content": "Again"}])"));
+  CHECK(r.prompt ==
+        "<|im_start|>system\nBe brief.<|im_end|>\n"
+        "<|im_start|>user\nHi<|im_end|>\n"
+        "<|im_start|>assistant\nHello<|im_end|>\n"  // before the last query: reasoning dropped
+        "<|im_start|>user\nAgain<|im_end|>\n"
+        "<|im_start|>assistant\n<think>\n");
+}
+
+namespace {
+
+const std::string tool_rules =
+    "</tools>\n"
+    "\n"
+    "If you choose to call a function ONLY reply in the following format with NO suffix:\n"
+    "\n"
+    "<tool_call>\n"
+    "<function=example_function_name>\n"
+    "<parameter=example_parameter_1>\n"
+    "value_1\n"
+    "</parameter>\n"
+    "<parameter=example_parameter_2>\n"
+    "This is the value for the second parameter\n"
+    "that can span\n"
+    "multiple lines\n"
+    "</parameter>\n"
+    "</function>\n"
+    "</tool_call>\n"
+    "\n"
+    "<IMPORTANT>\n"
+    "Reminder:\n"
+    "- Function calls MUST follow the specified format: an inner <function=...></function> block must be nested "
+    "within <tool_call></tool_call> XML tags\n"
+    "- Required parameters MUST be specified\n"
+    "- You may provide optional reasoning for your function call in natural language BEFORE the function call, but "
+    "NOT after\n"
+    "- If there is no function call available, answer the question like normal with your current knowledge and do "
+    "not tell the user about function calls\n"
+    "</IMPORTANT>";
+
+// Tools with floats, non-ASCII and control characters; a tool call history whose arguments hold every
+// JSON type (the template prints strings raw, True/None for true/null, Python's float repr, tojson for
+// containers), a second call whose arguments are an object rather than a string.
+const char* tools_body = R"json({"model": "qwen3.5",
+ "messages": [
+  {"role": "developer", "content": [{"type": "text", "text": " Be brief."}, {"type": "text", "text": " Use tools.\n"}]},
+  {"role": "user", "content": "Weather in Zürich?\nAlso: \"quotes\" and a tab\t."},
+  {"role": "assistant", "content": null, "reasoning_content": "Need the weather tool.", "tool_calls": [
+    {"id": "call_1", "type": "function", "function": {"name": "get_weather",
+     "arguments": "{\"city\": \"Zürich\", \"days\": 3, \"metric\": true, \"unit\": null, \"ratio\": 1e16, \"tiny\": 1e-05, \"big\": 1e15, \"quarter\": 0.25, \"hundred\": 1e2, \"neg\": -0.0, \"nested\": {\"a\": [1, 2.5, \"x\\u0001\\\\\"], \"b\": false}}"}}]},
+  {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp\": 21.5}"},
+  {"role": "assistant", "content": "It is 21.5 °C.", "tool_calls": [{"type": "function", "function": {"name": "log", "arguments": {"msg": "done"}}}]},
+  {"role": "tool", "content": "ok"}
+ ],
+ "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather — «now»\nline2\u0007",
+   "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "City name"},
+   "days": {"type": "integer", "minimum": 1, "maximum": 1e1}, "ratio": {"type": "number", "default": 0.0001}},
+   "required": ["city"]}}},
+  {"type": "function", "function": {"name": "log", "parameters": {"type": "object", "properties": {"msg": {"type": "string"}}}}}],
+ "chat_template_kwargs": {"enable_thinking": false}
+})json";
+
+}  // namespace
+
+TEST_CASE("server api: a request with tools and tool call history renders as the Jinja template does") {
+  const chat_request r = chat_ok(tools_body);
+  const std::string expected =
+      "<|im_start|>system\n"
+      "# Tools\n"
+      "\n"
+      "You have access to the following functions:\n"
+      "\n"
+      "<tools>\n"
+      "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Weather — "
+      "«now»\\nline2\\u0007\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": "
+      "\"string\", \"description\": \"City name\"}, \"days\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": "
+      "10.0}, \"ratio\": {\"type\": \"number\", \"default\": 0.0001}}, \"required\": [\"city\"]}}}\n"
+      "{\"type\": \"function\", \"function\": {\"name\": \"log\", \"parameters\": {\"type\": \"object\", "
+      "\"properties\": {\"msg\": {\"type\": \"string\"}}}}}\n" +
+      tool_rules +
+      "\n"
+      "\n"
+      "Be brief. Use tools.<|im_end|>\n"
+      "<|im_start|>user\n"
+      "Weather in Zürich?\n"
+      "Also: \"quotes\" and a tab\t.<|im_end|>\n"
+      "<|im_start|>assistant\n"
+      "<think>\n"
+      "Need the weather tool.\n"
+      "</think>\n"
+      "\n"
+      "<tool_call>\n<function=get_weather>\n"
+      "<parameter=city>\nZürich\n</parameter>\n"
+      "<parameter=days>\n3\n</parameter>\n"
+      "<parameter=metric>\nTrue\n</parameter>\n"
+      "<parameter=unit>\nNone\n</parameter>\n"
+      "<parameter=ratio>\n1e+16\n</parameter>\n"
+      "<parameter=tiny>\n1e-05\n</parameter>\n"
+      "<parameter=big>\n1000000000000000.0\n</parameter>\n"
+      "<parameter=quarter>\n0.25\n</parameter>\n"
+      "<parameter=hundred>\n100.0\n</parameter>\n"
+      "<parameter=neg>\n-0.0\n</parameter>\n"
+      "<parameter=nested>\n{\"a\": [1, 2.5, \"x\\u0001\\\\\"], \"b\": false}\n</parameter>\n"
+      "</function>\n</tool_call><|im_end|>\n"
+      "<|im_start|>user\n<tool_response>\n{\"temp\": 21.5}\n</tool_response><|im_end|>\n"
+      "<|im_start|>assistant\n<think>\n\n</think>\n\nIt is 21.5 °C.\n\n"
+      "<tool_call>\n<function=log>\n<parameter=msg>\ndone\n</parameter>\n</function>\n</tool_call><|im_end|>\n"
+      "<|im_start|>user\n<tool_response>\nok\n</tool_response><|im_end|>\n"
+      "<|im_start|>assistant\n<think>\n\n</think>\n\n";
+  CHECK(r.prompt == expected);
+  CHECK(r.output.tool_calls);
+  REQUIRE(r.output.tools.size() == 2);
+  CHECK(r.output.tools[0].name == "get_weather");
+  CHECK(r.output.tools[0].param_types ==
+        std::vector<std::pair<std::string, std::string>>{{"city", "string"}, {"days", "integer"}, {"ratio", "number"}});
+
+  // tool_choice "none": no tool block, no tool call parsing
+  std::string none = tools_body;
+  none.insert(none.rfind('}'), ", \"tool_choice\": \"none\"");
+  const chat_request n = chat_ok(none);
+  CHECK(n.prompt.starts_with("<|im_start|>system\nBe brief. Use tools.<|im_end|>\n"));
+  CHECK(!n.output.tool_calls);
+  CHECK(n.output.tools.empty());
+}
+
+TEST_CASE("server api: Python's float repr and json.dumps, as the template prints them") {
+  // expected: Python's repr() of the same doubles
+  const std::vector<std::pair<double, std::string>> floats = {{0.0, "0.0"},
+                                                              {-0.0, "-0.0"},
+                                                              {1.0, "1.0"},
+                                                              {2.5, "2.5"},
+                                                              {100.0, "100.0"},
+                                                              {1e15, "1000000000000000.0"},
+                                                              {1e16, "1e+16"},
+                                                              {1.5e16, "1.5e+16"},
+                                                              {0.0001, "0.0001"},
+                                                              {1e-05, "1e-05"},
+                                                              {1.5e-07, "1.5e-07"},
+                                                              {123.456, "123.456"},
+                                                              {1e100, "1e+100"},
+                                                              {0.1, "0.1"},
+                                                              {1.0 / 3, "0.3333333333333333"},
+                                                              {9007199254740992.0, "9007199254740992.0"},
+                                                              {5e-324, "5e-324"},
+                                                              {1.7976931348623157e308, "1.7976931348623157e+308"},
+                                                              {-12345.678, "-12345.678"}};
+  for (const auto& [v, text] : floats) CHECK(srv::detail::py_float(v) == text);
+  // json.dumps(ensure_ascii=False): ", " and ": ", key order kept, controls escaped, the rest raw
+  const auto j =
+      srv::detail::json::parse(R"({"z": [1, -2, 18446744073709551615, true, null], "a": "é\b\f\u001f\u007f/"})");
+  CHECK(srv::detail::py_dump(j) ==
+        "{\"z\": [1, -2, 18446744073709551615, true, null], \"a\": \"é\\b\\f\\u001f\x7f/\"}");
+}
+
+// ---- requests: rejections ------------------------------------------------------------------------
+
+TEST_CASE("server api: malformed JSON names the position") {
+  const api_error e = chat_err(R"({"messages": [}})");
+  CHECK(e.status == 400);
+  CHECK(e.param.empty());
+  CHECK(e.message.find("malformed JSON at byte 15") != std::string::npos);
+  CHECK(e.message.find("line 1, column 15") != std::string::npos);
+  const api_error two_lines = chat_err("{\"messages\": [],\n \"stream\": tru}");
+  CHECK(two_lines.message.find("line 2, column") != std::string::npos);
+  CHECK(chat_err("").message.find("malformed JSON") != std::string::npos);
+  CHECK(chat_err(R"({"messages": []} x)").message.find("malformed JSON") != std::string::npos);
+  CHECK(chat_err(R"({"a": "\ud800"})").message.find("malformed JSON") != std::string::npos);  // lone surrogate
+  CHECK(chat_err("[1, 2]").message.find("must be a JSON object, got an array") != std::string::npos);
+}
+
+TEST_CASE("server api: invalid UTF-8 anywhere is a 400 with its byte offset") {
+  const std::string prefix = R"({"messages": [{"role": "user", "content": "ab)";
+  for (const std::string bad : {"\xff", "\xc0\xaf", "\xed\xa0\x80", "\xe2\x82", "\x80", "\xf4\x90\x80\x80"}) {
+    CAPTURE(bad);
+    const api_error e = chat_err(prefix + bad + "\"}]}");
+    CHECK(e.status == 400);
+    CHECK(e.message == "request body is not valid UTF-8 (byte " + std::to_string(prefix.size()) + ")");
+  }
+  // in a key, and in a completion prompt
+  CHECK(chat_err("{\"\xfe\": 1}").message.find("not valid UTF-8 (byte 2)") != std::string::npos);
+  CHECK(completion_err("{\"prompt\": \"\xc3\"}").message.find("not valid UTF-8") != std::string::npos);
+}
+
+TEST_CASE("server api: size and nesting limits") {
+  srv::api_limits small;
+  small.max_body_bytes = 40;
+  const api_error big = chat_err(with_fields(""), small);
+  CHECK(big.status == 413);
+  CHECK(big.message.find("exceeds the limit of 40") != std::string::npos);
+  const std::string deep = with_fields("\"metadata\": " + std::string(70, '[') + std::string(70, ']'));
+  CHECK(chat_err(deep).message.find("nested deeper than 64") != std::string::npos);
+  // brackets inside strings do not count
+  CHECK(chat_ok(with_fields("\"user\": \"" + std::string(100, '[') + "\"")).prompt.size() > 0);
+}
+
+TEST_CASE("server api: unknown fields and wrong types name the field") {
+  check_rejections({
+      {with_fields(R"("foo": 1)"), "foo", "unknown field 'foo'"},
+      {with_fields(R"("continue_final_message": true)"), "continue_final_message", "unknown field"},
+      {with_fields(R"("model": 5)"), "model", "'model' must be a string, got a number"},
+      {R"({"messages": "hi"})", "messages", "'messages' must be an array, got a string"},
+      {R"({"model": "m"})", "messages", "'messages' is required"},
+      {with_fields(R"("stream": "yes")"), "stream", "'stream' must be a boolean, got a string"},
+      {with_fields(R"("stream_options": {"include_usage": true})"), "stream_options", "only allowed with"},
+      {with_fields(R"("stream": true, "stream_options": {"x": 1})"), "stream_options.x", "unknown field"},
+      {with_fields(R"("stream": true, "stream_options": 1)"), "stream_options", "must be an object"},
+      {with_fields(R"("temperature": "hot")"), "temperature", "'temperature' must be a number, got a string"},
+      {with_fields(R"("temperature": 2.5)"), "temperature", "must be in [0.0, 2.0], got 2.5"},
+      {with_fields(R"("temperature": -0.1)"), "temperature", "got -0.1"},
+      {with_fields(R"("top_p": 0)"), "top_p", "must be in (0.0, 1.0], got 0"},
+      {with_fields(R"("top_p": 1.5)"), "top_p", "got 1.5"},
+      {with_fields(R"("top_k": 1.5)"), "top_k", "'top_k' must be an integer"},
+      {with_fields(R"("top_k": -2)"), "top_k", "got -2"},
+      {with_fields(R"("min_p": 2)"), "min_p", "must be in [0.0, 1.0]"},
+      {with_fields(R"("repetition_penalty": 0)"), "repetition_penalty", "must be in (0.0, inf)"},
+      {with_fields(R"("presence_penalty": 3)"), "presence_penalty", "must be in [-2.0, 2.0]"},
+      {with_fields(R"("frequency_penalty": true)"), "frequency_penalty", "must be a number, got a boolean"},
+      {with_fields(R"("seed": 1.5)"), "seed", "'seed' must be an integer, got a number"},
+      {with_fields(R"("seed": "1")"), "seed", "got a string"},
+      {with_fields(R"("stop": 5)"), "stop", "'stop' must be a string or an array of strings"},
+      {with_fields(R"("stop": ["a", 1])"), "stop[1]", "'stop[1]' must be a string, got a number"},
+      {with_fields(R"("stop": ["a", "b", "c", "d", "e"])"), "stop", "holds 5 strings, at most 4"},
+      {with_fields(R"("n": 2)"), "n", "'n' must be an integer between 1 and 1, got 2"},
+      {with_fields(R"("n": "1")"), "n", "must be an integer, got a string"},
+      {with_fields(R"("tools": "x")"), "tools", "'tools' must be an array"},
+      {with_fields(R"("tools": [{"type": "retrieval"}])"), "tools[0].type", "must be \"function\""},
+      {with_fields(R"("tools": [{"type": "function"}])"), "tools[0].function", "is required"},
+      {with_fields(R"("tools": [{"type": "function", "function": {"description": "d"}}])"), "tools[0].function.name",
+       "non-empty string"},
+      {with_fields(R"("tools": [{"type": "function", "function": {"name": "f", "parameters": []}}])"),
+       "tools[0].function.parameters", "must be an object"},
+      {with_fields(R"("tool_choice": "required")"), "tool_choice", "\"required\" is not supported"},
+      {with_fields(R"("tool_choice": {"type": "function", "function": {"name": "f"}})"), "tool_choice",
+       "is not supported (only \"auto\" and \"none\")"},
+      {with_fields(R"("tool_choice": 5)"), "tool_choice", "must be a string or an object"},
+      {with_fields(R"("response_format": {"type": "json_object"})"), "response_format.type",
+       "\"json_object\" is not supported"},
+      {with_fields(R"("response_format": {"type": "json_schema", "json_schema": {}})"), "response_format.type",
+       "\"json_schema\" is not supported"},
+      {with_fields(R"("logprobs": true)"), "logprobs", "'logprobs' is not supported"},
+      {with_fields(R"("top_logprobs": 5)"), "top_logprobs", "between 0 and 0, got 5"},
+      {with_fields(R"("logit_bias": {"42": 5})"), "logit_bias", "only an empty object"},
+      {with_fields(R"("chat_template_kwargs": {"add_vision_id": true})"), "chat_template_kwargs.add_vision_id",
+       "unknown field"},
+      {with_fields(R"("chat_template_kwargs": {"enable_thinking": "no"})"), "chat_template_kwargs.enable_thinking",
+       "must be a boolean, got a string"},
+      {with_fields(R"("enable_thinking": 0)"), "enable_thinking", "must be a boolean, got a number"},
+  });
+}
+
+TEST_CASE("server api: max_tokens must be an integer in [1, limits.max_tokens]") {
+  for (const char* field : {"max_tokens", "max_completion_tokens"}) {
+    for (const char* value : {"-1", "0", "32769", "99999999999999999999", "1e30", "2.5"}) {
+      CAPTURE(value);
+      const api_error e = chat_err(with_fields(std::string("\"").append(field).append("\": ").append(value)));
+      CHECK(e.status == 400);
+      CHECK(e.param == field);
+      CHECK(e.message.find("must be an integer between 1 and 32768, got") != std::string::npos);
+    }
+    CHECK(chat_err(with_fields(std::string("\"").append(field).append("\": \"10\""))).message.find("got a string") !=
+          std::string::npos);
+  }
+  srv::api_limits small;
+  small.max_tokens = 10;
+  CHECK(chat_err(with_fields(R"("max_tokens": 11)"), small).message.find("between 1 and 10, got 11") !=
+        std::string::npos);
+}
+
+TEST_CASE("server api: messages that the template or the protocol cannot take") {
+  check_rejections({
+      {with_messages("[]"), "messages", "'messages' must not be empty"},
+      {with_messages("[5]"), "messages[0]", "'messages[0]' must be an object, got a number"},
+      {with_messages(R"([{"content": "x"}])"), "messages[0].role", "non-empty string"},
+      {with_messages(R"([{"role": "", "content": "x"}])"), "messages[0].role", "non-empty string"},
+      {with_messages(R"([{"role": 5, "content": "x"}])"), "messages[0].role", "must be a string, got a number"},
+      {with_messages(R"([{"role": "narrator", "content": "x"}])"), "messages[0].role", "unknown role \"narrator\""},
+      {with_messages(R"([{"role": "user", "content": "x", "foo": 1}])"), "messages[0].foo", "unknown field"},
+      {with_messages(R"([{"role": "user"}])"), "messages[0].content", "is required"},
+      {with_messages(R"([{"role": "user", "content": 5}])"), "messages[0].content",
+       "must be a string or an array of content parts, got a number"},
+      {with_messages(R"([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}])"),
+       "messages[0].content[0].type", "\"image_url\" is not supported (text only)"},
+      {with_messages(R"([{"role": "user", "content": [{"type": "text"}]}])"), "messages[0].content[0].text",
+       "is required"},
+      {with_messages(R"([{"role": "user", "content": ["x"]}])"), "messages[0].content[0]", "must be an object"},
+      {with_messages(R"([{"role": "user", "content": "a"}, {"role": "system", "content": "b"}])"), "messages[1].role",
+       "must be the first message"},
+      {with_messages(R"([{"role": "user", "content": "a"}, {"role": "developer", "content": "b"}])"),
+       "messages[1].role", "must be the first message"},
+      {with_messages(R"([{"role": "system", "content": "s"}, {"role": "tool", "content": "r"}])"), "messages",
+       "a user message that is not only tool results"},
+      {with_messages(R"([{"role": "user", "content": "<tool_response>\nr\n</tool_response>"}])"), "messages",
+       "not only tool results"},
+      {with_messages(R"([{"role": "user", "content": "a", "tool_calls": []}])"), "messages[0].tool_calls",
+       "only assistant messages"},
+      {with_messages(R"([{"role": "user", "content": "a", "reasoning_content": "r"}])"),
+       "messages[0].reasoning_content", "only assistant messages"},
+      {with_messages(R"([{"role": "user", "content": "a"}, {"role": "assistant", "reasoning_content": 5}])"),
+       "messages[1].reasoning_content", "must be a string"},
+  });
+}
+
+TEST_CASE("server api: bad tool_calls in an assistant message") {
+  auto call = [](std::string_view fn) {
+    return with_messages(R"([{"role": "user", "content": "a"}, {"role": "assistant", "tool_calls": [)" +
+                         std::string(fn) + "]}]");
+  };
+  const std::string p = "messages[1].tool_calls[0]";
+  check_rejections({
+      {call(R"({"type": "function", "function": {"name": "f", "arguments": "not json"}})"), p + ".function.arguments",
+       "must be a JSON object, got \"not json\""},
+      {call(R"({"type": "function", "function": {"name": "f", "arguments": "[1]"}})"), p + ".function.arguments",
+       "must be a JSON object"},
+      {call(R"({"type": "function", "function": {"name": "f", "arguments": ""}})"), p + ".function.arguments",
+       "must be a JSON object"},
+      {call(R"({"type": "function", "function": {"name": "f", "arguments": "{\"a\": 1"}})"), p + ".function.arguments",
+       "must be a JSON object"},
+      {call(R"({"type": "function", "function": {"name": "f", "arguments": 5}})"), p + ".function.arguments",
+       "must be a string holding a JSON object, got a number"},
+      {call(R"({"type": "function", "function": {"arguments": "{}"}})"), p + ".function.name", "non-empty string"},
+      {call(R"({"type": "function"})"), p + ".function", "is required"},
+      {call(R"({"type": "code", "function": {"name": "f"}})"), p + ".type", "must be \"function\""},
+      {call(R"("f")"), p, "must be an object, got a string"},
+  });
+  CHECK(
+      chat_err(with_messages(R"([{"role": "user", "content": "a"}, {"role": "assistant", "tool_calls": {}}])")).param ==
+      "messages[1].tool_calls");
+  // a call without arguments is fine
+  CHECK(chat_ok(call(R"({"type": "function", "function": {"name": "f"}})")).prompt.find("<function=f>\n</function>") !=
+        std::string::npos);
+}
+
+TEST_CASE("server api: completion requests") {
+  auto r = srv::parse_completion_request(R"({"prompt": "Once upon", "max_tokens": 5, "stop": "."})");
+  REQUIRE(std::holds_alternative<completion_request>(r));
+  const completion_request& c = std::get<completion_request>(r);
+  CHECK(c.prompt == "Once upon");
+  CHECK(c.max_tokens == 5);
+  CHECK(c.stop == std::vector<std::string>{"."});
+  CHECK(c.sampling.temperature == 1.0f);
+  auto one = srv::parse_completion_request(R"({"prompt": ["x"], "echo": false, "suffix": null, "best_of": 1})");
+  REQUIRE(std::holds_alternative<completion_request>(one));
+  CHECK(std::get<completion_request>(one).prompt == "x");
+
+  check_rejections({{R"({"model": "m"})", "prompt", "'prompt' is required"},
+                    {R"({"prompt": ""})", "prompt", "must not be empty"},
+                    {R"({"prompt": [1, 2]})", "prompt", "token arrays and batches are not supported"},
+                    {R"({"prompt": ["a", "b"]})", "prompt", "not supported"},
+                    {R"({"prompt": 5})", "prompt", "got a number"},
+                    {R"({"prompt": "x", "echo": true})", "echo", "not supported"},
+                    {R"({"prompt": "x", "suffix": "y"})", "suffix", "not supported"},
+                    {R"({"prompt": "x", "best_of": 2})", "best_of", "between 1 and 1"},
+                    {R"({"prompt": "x", "n": 3})", "n", "between 1 and 1"},
+                    {R"({"prompt": "x", "logprobs": 2})", "logprobs", "between 0 and 0"},
+                    {R"({"prompt": "x", "max_tokens": 0})", "max_tokens", "between 1 and"},
+                    {R"({"prompt": "x", "max_completion_tokens": 5})", "max_completion_tokens", "unknown field"},
+                    {R"({"prompt": "x", "messages": []})", "messages", "unknown field"}},
+                   /*completion=*/true);
+}
+
+TEST_CASE("server api: OpenAI's error body") {
+  CHECK(srv::error_body({400, "invalid_request_error", "'n' must be 1", "n"}) ==
+        R"({"error":{"message":"'n' must be 1","type":"invalid_request_error","param":"n","code":null}})");
+  CHECK(srv::error_body({401, "authentication_error", "bad key \"x\"", ""}) ==
+        R"({"error":{"message":"bad key \"x\"","type":"authentication_error","param":null,"code":null}})");
+  // every rejection's body is valid JSON carrying the same message
+  const api_error e = chat_err(with_fields(R"("temperature": 9)"));
+  const auto j = nlohmann::json::parse(srv::error_body(e));
+  CHECK(j["error"]["message"] == e.message);
+  CHECK(j["error"]["param"] == "temperature");
+}
+
+// ---- output --------------------------------------------------------------------------------------
+
+TEST_CASE("server api: split_reasoning") {
+  auto s = srv::split_reasoning("Let me think.\nYes.\n</think>\n\nThe answer is 4.");
+  CHECK(s.reasoning_content == "Let me think.\nYes.");
+  CHECK(s.content == "The answer is 4.");
+  s = srv::split_reasoning("still thinking\n");  // cut off before </think>
+  CHECK(s.reasoning_content == "still thinking");
+  CHECK(s.content.empty());
+  s = srv::split_reasoning("\n</think>\n\nDirect.");  // empty thinking
+  CHECK(s.reasoning_content.empty());
+  CHECK(s.content == "Direct.");
+  s = srv::split_reasoning("a</think>b</think>c");  // only the first closes the block
+  CHECK(s.reasoning_content == "a");
+  CHECK(s.content == "b</think>c");
+  s = srv::split_reasoning("No thinking here </think>  ", false);
+  CHECK(s.reasoning_content.empty());
+  CHECK(s.content == "No thinking here </think>  ");
+}
+
+namespace {
+
+const std::vector<srv::tool_def> weather_tools = {
+    {"get_weather", {{"city", "string"}, {"days", "integer"}, {"zip", "string"}, {"metric", "boolean"}}},
+    {"run", {{"code", "string"}, {"options", "object"}}}};
+
+}  // namespace
+
+TEST_CASE("server api: tool calls in Qwen3.5's XML format") {
+  const std::string text =
+      "I'll check both.\n\n"
+      "<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n</parameter>\n"
+      "<parameter=days>\n3\n</parameter>\n<parameter=zip>\n10001\n</parameter>\n"
+      "<parameter=metric>\nTrue\n</parameter>\n</function>\n</tool_call>\n"
+      "<tool_call>\n<function=run>\n<parameter=code>\ndef f(x):\n    return x\n\n</parameter>\n"
+      "<parameter=options>\n{\"timeout\": 5, \"env\": [\"a\", \"b\"]}\n</parameter>\n"
+      "<parameter=extra>\nnull\n</parameter>\n<parameter=note>\n  plain text, not JSON  \n</parameter>\n"
+      "<parameter=quoted>\n\"42\"\n</parameter>\n<parameter=unicode>\nZürich ✓\n</parameter>\n"
+      "</function>\n</tool_call>";
+  const srv::tool_call_split s = srv::parse_tool_calls(text, weather_tools, "id_");
+  CHECK(s.content == "I'll check both.");
+  REQUIRE(s.calls.size() == 2);
+  CHECK(s.calls[0].id == "id_0");
+  CHECK(s.calls[0].name == "get_weather");
+  // string-typed parameters stay strings (zip "10001"), others are JSON when they parse, True is a boolean
+  CHECK(s.calls[0].arguments == R"({"city":"New York","days":3,"zip":"10001","metric":true})");
+  CHECK(s.calls[1].id == "id_1");
+  CHECK(s.calls[1].name == "run");
+  // one newline on each side belongs to the format; the rest of a multi-line value is kept
+  CHECK(s.calls[1].arguments ==
+        R"({"code":"def f(x):\n    return x\n","options":{"timeout":5,"env":["a","b"]},"extra":null,)"
+        R"("note":"  plain text, not JSON  ","quoted":"42","unicode":"Zürich ✓"})");
+
+  // without schemas: numbers and booleans are JSON, True is not (it is no JSON), a function name unknown
+  // to the request is still a call
+  const auto untyped = srv::parse_tool_calls(
+      "<tool_call>\n<function=f>\n<parameter=a>\n10001\n</parameter>\n<parameter=b>\ntrue\n</parameter>\n"
+      "<parameter=c>\nTrue\n</parameter>\n<parameter=d>\n1e999\n</parameter>\n</function>\n</tool_call>");
+  REQUIRE(untyped.calls.size() == 1);
+  CHECK(untyped.calls[0].id == "call_0");
+  CHECK(untyped.calls[0].arguments == R"({"a":10001,"b":true,"c":"True","d":"1e999"})");
+  CHECK(untyped.content.empty());
+
+  // compact spacing and no parameters
+  const auto tight = srv::parse_tool_calls("<tool_call><function=now></function></tool_call>");
+  REQUIRE(tight.calls.size() == 1);
+  CHECK(tight.calls[0].arguments == "{}");
+}
+
+TEST_CASE("server api: malformed or unterminated tool call blocks stay content as written") {
+  const std::vector<std::string> bad = {
+      "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</tool_call>",            // no </function>
+      "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>",                    // Qwen2.5's JSON form
+      "<tool_call>\n<function=>\n</function>\n</tool_call>",                                // empty name
+      "<tool_call>\n<function=a\nb>\n</function>\n</tool_call>",                            // name over two lines
+      "<tool_call>\n<function=f>\n<parameter=a>\n1\n</function>\n</tool_call>",             // no </parameter>
+      "<tool_call>\n<function=f>\nstray\n</function>\n</tool_call>",                        // text between tags
+      "<tool_call>\n<function=f>\n</function>\ntrailing\n</tool_call>",                     // text after </function>
+      "Checking.\n<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</function>",  // never closed
+  };
+  for (const std::string& text : bad) {
+    CAPTURE(text);
+    const auto s = srv::parse_tool_calls(text);
+    CHECK(s.calls.empty());
+    CHECK(s.content == text);
+  }
+  // a bad block between good ones stays in place; whitespace next to the good ones goes
+  const std::string good = "<tool_call>\n<function=f>\n</function>\n</tool_call>";
+  const auto mixed = srv::parse_tool_calls("A \n" + good + "\n" + bad[0] + "\n" + good + "\n B");
+  CHECK(mixed.calls.size() == 2);
+  CHECK(mixed.content == "A" + bad[0] + "B");
+}
+
+TEST_CASE("server api: stop strings end at the one generation meets first") {
+  const std::vector<std::string> stop = {"abcd", "bc", "END"};
+  CHECK(srv::find_stop("xxabcdyy", stop) == 3u);  // "bc" ends before "abcd" does
+  CHECK(srv::find_stop("xxEND bc", stop) == 2u);
+  CHECK(!srv::find_stop("nothing", stop));
+  CHECK(srv::find_stop("aa", std::vector<std::string>{"a", "aa"}) == 0u);  // same end: the earlier start
+  CHECK(!srv::find_stop("text", std::vector<std::string>{""}));
+
+  srv::output_options opt;
+  opt.thinking = true;
+  opt.stop = {"STOP"};
+  const auto out = srv::parse_output("hmm STOP</think>answer", opt);
+  CHECK(out.stopped);
+  CHECK(out.reasoning_content == "hmm");
+  CHECK(out.content.empty());
+}
+
+namespace {
+
+std::string call_text(const srv::tool_call& c) { return c.id + "|" + c.name + "|" + c.arguments; }
+
+// Feeds text in the given piece sizes (cycled) and checks the deltas against parse_output.
+void check_stream(const std::string& text, const srv::output_options& opt, const std::vector<size_t>& sizes) {
+  CAPTURE(text);
+  srv::stream_splitter sp(opt);
+  std::string reasoning, content;
+  std::vector<std::string> calls;
+  auto take = [&](const std::vector<srv::stream_delta>& ds) {
+    for (const auto& d : ds) {
+      CHECK((d.kind == srv::delta_kind::tool_call || !d.text.empty()));
+      if (d.kind == srv::delta_kind::reasoning) reasoning += d.text;
+      if (d.kind == srv::delta_kind::content) content += d.text;
+      if (d.kind == srv::delta_kind::tool_call) calls.push_back(call_text(d.call));
+    }
+  };
+  size_t pos = 0;
+  for (size_t i = 0; pos < text.size() && !sp.stopped(); ++i) {
+    const size_t n = std::min(sizes[i % sizes.size()], text.size() - pos);
+    take(sp.feed(std::string_view(text).substr(pos, n)));
+    pos += n;
+  }
+  take(sp.finish());
+  const srv::parsed_output whole = srv::parse_output(text, opt);
+  CHECK(reasoning == whole.reasoning_content);
+  CHECK(content == whole.content);
+  std::vector<std::string> whole_calls;
+  for (const auto& c : whole.tool_calls) whole_calls.push_back(call_text(c));
+  CHECK(calls == whole_calls);
+  CHECK(sp.stopped() == whole.stopped);
+}
+
+}  // namespace
+
+TEST_CASE("server api: stream_splitter gives what the whole-text parser gives, in any pieces") {
+  const std::string call =
+      "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+      "<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>";
+  const std::vector<std::string> texts = {
+      "Let me think about </thi this.\nOK.\n</think>\n\nThe answer: 4 < 5 and <tool_ is not a call.  ",
+      "  plan \n</think>\n\nChecking.\n\n" + call + "\n" + call + "\n",
+      "Reasoning.</think>" + call + "\nDone after the call. \n",
+      "Reasoning.</think>\n\n<tool_call>\n<function=f>\nbroken\n</tool_call>\n\n" + call + " tail",
+      "Reasoning.</think>Answer <tool_call>\n<function=f>\n never closed",
+      "never closes the think block \n\n",
+      "</think>",
+      "",
+      "\n\n \n",
+      "Zürich ✓ 日本語</think>\n\nÉtude — «ok» END here END",
+      "a<b</c</th</think>x<<tool_call>y</tool_call>z",
+      "before STOP after</think>content",
+      "thinking</think>\n\nSome answer with a stop ST",
+      "thinking</think>\n\nabcSTOP" + call,
+      "thinking</think>\n\nThe ###end### marker",
+  };
+  std::mt19937 rng(7);
+  for (const bool thinking : {true, false}) {
+    for (const bool tools : {true, false}) {
+      for (const auto& stop : {std::vector<std::string>{}, std::vector<std::string>{"STOP", "###end", "END here"}}) {
+        srv::output_options opt;
+        opt.thinking = thinking;
+        opt.tool_calls = tools;
+        opt.stop = stop;
+        opt.tools = weather_tools;
+        for (const std::string& t : texts) {
+          check_stream(t, opt, {1});  // one byte at a time (UTF-8 sequences cut too)
+          check_stream(t, opt, {3, 1, 7, 2});
+          std::vector<size_t> random_sizes(16);
+          for (auto& n : random_sizes) n = 1 + rng() % 12;
+          check_stream(t, opt, random_sizes);
+          check_stream(t, opt, {1 << 20});  // all at once
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("server api: stream_splitter releases text as soon as it is certain") {
+  srv::output_options opt;
+  opt.thinking = true;
+  opt.tool_calls = true;
+  opt.stop = {"<END>"};
+  srv::stream_splitter sp(opt);
+  auto d = sp.feed("Thinking hard </th");  // "</th" may become </think>, the space may be trimmed
+  REQUIRE(d.size() == 1);
+  CHECK(d[0].kind == srv::delta_kind::reasoning);
+  CHECK(d[0].text == "Thinking hard");
+  d = sp.feed("ink>\n\nHello wor");
+  REQUIRE(d.size() == 1);
+  CHECK(d[0].kind == srv::delta_kind::content);
+  CHECK(d[0].text == "Hello wor");
+  d = sp.feed("ld <tool");  // may become <tool_call>
+  REQUIRE(d.size() == 1);
+  CHECK(d[0].text == "ld");
+  d = sp.feed("s> are <E");  // not a call after all; "<E" may become the stop string
+  REQUIRE(d.size() == 1);
+  CHECK(d[0].text == " <tools> are");
+  d = sp.feed("ND> ignored");  // the stop string: the held space is the content's last character
+  REQUIRE(d.size() == 1);
+  CHECK(d[0].kind == srv::delta_kind::content);
+  CHECK(d[0].text == " ");
+  CHECK(sp.stopped());
+  CHECK(sp.feed("more").empty());
+  CHECK(sp.finish().empty());
+}
+
+TEST_CASE("server api: stream_splitter emits each tool call when its block closes") {
+  srv::output_options opt;
+  opt.tool_calls = true;
+  opt.tools = weather_tools;
+  opt.call_id_prefix = "c";
+  srv::stream_splitter sp(opt);
+  CHECK(sp.feed("Sure.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nRome").size() == 1);  // "Sure."
+  CHECK(sp.feed("\n</parameter>\n</function>\n").empty());
+  const auto d = sp.feed("</tool_call>\n");
+  REQUIRE(d.size() == 1);
+  CHECK(d[0].kind == srv::delta_kind::tool_call);
+  CHECK(d[0].call.id == "c0");
+  CHECK(d[0].call.name == "get_weather");
+  CHECK(d[0].call.arguments == R"({"city":"Rome"})");
+  CHECK(sp.finish().empty());  // the newline after the call is the format's
+}
