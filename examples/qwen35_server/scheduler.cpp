@@ -1,0 +1,389 @@
+// server::scheduler: admission, step planning, sampling and delivery (see scheduler.hpp for the policy).
+#include "scheduler.hpp"
+
+#include <algorithm>
+#include <exception>
+#include <limits>
+#include <utility>
+
+namespace q35::server {
+
+const char* to_string(outcome o) {
+  switch (o) {
+    case outcome::stop:
+      return "stop";
+    case outcome::length:
+      return "length";
+    case outcome::cancelled:
+      return "cancelled";
+    case outcome::error:
+      return "error";
+  }
+  return "unknown";
+}
+
+void detail::wake_signal::notify() {
+  {
+    std::lock_guard<std::mutex> lk(m);
+    pending = true;
+  }
+  cv.notify_all();
+}
+
+void request_handle::cancel() const {
+  if (!state_) return;
+  state_->cancel.store(true);
+  state_->wake->notify();
+}
+
+scheduler::scheduler() : wake_(std::make_shared<detail::wake_signal>()) {}
+
+scheduler::~scheduler() {
+  stop();
+  std::lock_guard<std::mutex> step(step_m_);
+  std::deque<waiting> left;
+  {
+    std::lock_guard<std::mutex> lk(queue_m_);
+    left.swap(queue_);
+  }
+  const std::string why = "the scheduler shut down before the request finished";
+  for (waiting& w : left) notify_done(w, {outcome::error, why, int64_t(w.req.prompt.size()), 0});
+  while (!active_.empty()) end(active_.size() - 1, outcome::error, why);
+}
+
+status scheduler::init(gen::decoder& d, const scheduler_config& cfg) {
+  const auto bad = [](const std::string& what) { return error(status_code::invalid_argument, "scheduler: " + what); };
+  if (d_) return bad("already initialised");
+  if (cfg.max_queue < 1) return bad("max_queue = 0: every request would be refused");
+  if (cfg.n_batch < 1 || cfg.n_batch > d.n_ctx())
+    return bad("n_batch = " + std::to_string(cfg.n_batch) + " is outside 1..n_ctx (" + std::to_string(d.n_ctx()) +
+               "); give the decoder's n_batch");
+  if (cfg.prompt_budget < 1 || cfg.prompt_budget > cfg.n_batch)
+    return bad("prompt_budget = " + std::to_string(cfg.prompt_budget) + " is outside 1..n_batch (" +
+               std::to_string(cfg.n_batch) + "): a step holds n_batch + n_seq_max tokens");
+  if (cfg.n_vocab < 0) return bad("n_vocab = " + std::to_string(cfg.n_vocab) + " is negative (0: unchecked)");
+  for (int s = 0; s < d.n_seq_max(); ++s)
+    if (d.n_past(s) != 0)
+      return bad("sequence " + std::to_string(s) + " of the decoder holds " + std::to_string(d.n_past(s)) +
+                 " tokens; the scheduler needs every sequence cleared");
+  d_ = &d;
+  cfg_ = cfg;
+  free_seqs_.clear();
+  for (int s = d.n_seq_max() - 1; s >= 0; --s) free_seqs_.push_back(s);  // sequence 0 is used first
+  std::lock_guard<std::mutex> lk(queue_m_);
+  metrics_.kv_pages_total = d.pages_total();
+  return status::success();
+}
+
+submit_result scheduler::submit(request r) {
+  submit_result out;
+  const auto refuse = [&](submit_error e, std::string msg) {
+    std::lock_guard<std::mutex> lk(queue_m_);
+    ++metrics_.requests_rejected;
+    out.error = e;
+    out.message = std::move(msg);
+    return out;
+  };
+  if (!d_) return refuse(submit_error::invalid_request, "the scheduler is not initialised");
+  const int64_t n = int64_t(r.prompt.size()), n_ctx = d_->n_ctx();
+  if (n == 0) return refuse(submit_error::invalid_request, "the prompt is empty");
+  if (n > n_ctx)
+    return refuse(submit_error::invalid_request, "prompt of " + std::to_string(n) + " tokens exceeds the context of " +
+                                                     std::to_string(n_ctx) + " tokens");
+  if (r.max_tokens < 1)
+    return refuse(submit_error::invalid_request, "max_tokens = " + std::to_string(r.max_tokens) + " is below 1");
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t id = r.prompt[size_t(i)];
+    if (id < 0 || (cfg_.n_vocab > 0 && id >= cfg_.n_vocab))
+      return refuse(submit_error::invalid_request, "prompt token " + std::to_string(id) + " at position " +
+                                                       std::to_string(i) + " is outside the vocabulary of " +
+                                                       std::to_string(cfg_.n_vocab));
+  }
+  // the sampler's own checks, so that a bad value cannot fail the other draws of a step
+  launch::sample_args probe;
+  probe.n_rows = 0, probe.n_vocab = std::max(1, cfg_.n_vocab), probe.params = r.sampling;
+  if (const status s = launch::validate(probe); !s.ok()) return refuse(submit_error::invalid_request, s.message());
+
+  auto state = std::make_shared<detail::request_state>();
+  state->wake = wake_;
+  {
+    std::lock_guard<std::mutex> lk(queue_m_);
+    if (queue_.size() >= cfg_.max_queue) {
+      ++metrics_.requests_rejected;
+      out.error = submit_error::queue_full;
+      out.message = "the queue is full (" + std::to_string(cfg_.max_queue) + " requests waiting)";
+      return out;
+    }
+    state->id = next_id_++;
+    queue_.push_back(waiting{std::move(r), state});
+    ++metrics_.requests_submitted;
+    metrics_.queue_length = int64_t(queue_.size());
+  }
+  wake_->notify();
+  out.handle = request_handle(std::move(state));
+  return out;
+}
+
+int64_t scheduler::pages_for(int64_t tokens) const {
+  const int64_t pt = d_->page_tokens();
+  return (tokens + pt - 1) / pt;
+}
+
+int64_t scheduler::promised(const active& a) const {
+  const int64_t target = std::min<int64_t>(int64_t(a.w.req.prompt.size()) + 1, d_->n_ctx());
+  return std::max<int64_t>(0, pages_for(target) - pages_for(d_->n_past(a.seq)));
+}
+
+void scheduler::notify_done(waiting& w, const finish_info& f) {
+  if (!w.req.on_done) return;
+  try {
+    w.req.on_done(f);
+  } catch (...) {
+    // nothing is left to tell the request; the scheduler must go on serving the others
+  }
+}
+
+void scheduler::end(size_t i, outcome why, std::string error) {
+  active a = std::move(active_[i]);
+  active_.erase(active_.begin() + std::ptrdiff_t(i));
+  if (d_->clear(a.seq).ok()) {
+    free_seqs_.push_back(a.seq);
+  } else {
+    // its state is unknown: the slot is not handed out again
+    std::lock_guard<std::mutex> lk(queue_m_);
+    ++metrics_.sequences_lost;
+  }
+  {
+    std::lock_guard<std::mutex> lk(queue_m_);
+    if (why == outcome::cancelled)
+      ++metrics_.requests_cancelled;
+    else if (why == outcome::error)
+      ++metrics_.requests_failed;
+    else
+      ++metrics_.requests_finished;
+  }
+  notify_done(a.w, {why, std::move(error), int64_t(a.w.req.prompt.size()), a.drawn});
+}
+
+void scheduler::publish() {
+  std::lock_guard<std::mutex> lk(queue_m_);
+  metrics_.active_sequences = int64_t(active_.size());
+  metrics_.kv_pages_total = d_->pages_total();
+  metrics_.kv_pages_used = d_->pages_total() - d_->pages_free();
+  metrics_.queue_length = int64_t(queue_.size());
+}
+
+bool scheduler::step_once() {
+  if (!d_) return false;
+  std::lock_guard<std::mutex> step(step_m_);
+  bool work = false;
+
+  // 1. cancellations: waiting requests leave the queue, running ones their sequence
+  std::vector<waiting> dropped;
+  {
+    std::lock_guard<std::mutex> lk(queue_m_);
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if (!it->state->cancel.load()) {
+        ++it;
+        continue;
+      }
+      dropped.push_back(std::move(*it));
+      it = queue_.erase(it);
+      ++metrics_.requests_cancelled;
+    }
+  }
+  for (waiting& w : dropped) notify_done(w, {outcome::cancelled, {}, int64_t(w.req.prompt.size()), 0});
+  work |= !dropped.empty();
+  for (size_t i = active_.size(); i-- > 0;)
+    if (active_[i].w.state->cancel.load()) {
+      end(i, outcome::cancelled);
+      work = true;
+    }
+
+  // 2. room for every decoding sequence's next token. Pages promised to prefilling sequences are not
+  // free to take; a sequence takes its own promise first.
+  const bool paged = d_->pages_total() > 0;  // no pages at all: a model without attention layers
+  const int64_t n_ctx = d_->n_ctx();
+  int64_t spare = std::numeric_limits<int64_t>::max() / 2;  // free pages nobody is promised
+  if (paged) {
+    spare = d_->pages_free();
+    for (const active& a : active_) spare -= promised(a);
+  }
+  std::vector<size_t> needy;  // decoding sequences that need a page beyond their promise, oldest first
+  for (size_t i = 0; i < active_.size();) {
+    const active& a = active_[i];
+    const int64_t n_past = d_->n_past(a.seq);
+    if (a.fed < int64_t(a.w.req.prompt.size())) {
+      ++i;
+      continue;
+    }
+    if (n_past + 1 > n_ctx) {  // (ended when drawn already; kept so that no path feeds past the context)
+      end(i, outcome::length);
+      work = true;
+      continue;
+    }
+    if (paged && pages_for(n_past + 1) - pages_for(n_past) > promised(a)) needy.push_back(i);
+    ++i;
+  }
+  // too few: the newest needy sequence ends, and its pages go to the spare ones
+  while (int64_t(needy.size()) > spare) {
+    const size_t i = needy.back();
+    needy.pop_back();
+    spare += pages_for(d_->n_past(active_[i].seq));
+    end(i, outcome::length);  // indices before i (all of needy's) stay valid
+    work = true;
+  }
+  spare -= int64_t(needy.size());
+
+  // 3. admissions, oldest first, while a slot and the pages for prompt + 1 token are there
+  {
+    std::lock_guard<std::mutex> lk(queue_m_);
+    while (!queue_.empty() && !free_seqs_.empty()) {
+      waiting& w = queue_.front();
+      const int64_t need = paged ? pages_for(std::min<int64_t>(int64_t(w.req.prompt.size()) + 1, n_ctx)) : 0;
+      if (need > spare) break;
+      spare -= need;
+      active a;
+      a.seq = free_seqs_.back();
+      free_seqs_.pop_back();
+      a.history = w.req.prompt;
+      a.w = std::move(w);
+      queue_.pop_front();
+      active_.push_back(std::move(a));
+    }
+  }
+
+  // 4. the step's inputs: each decoding sequence's last id, prompt chunks within the budget
+  std::vector<gen::seq_input> inputs;
+  std::vector<size_t> who;  // active_ index of each input
+  int64_t prompt_tokens = 0;
+  for (size_t i = 0; i < active_.size(); ++i) {
+    const active& a = active_[i];
+    const int64_t n_prompt = int64_t(a.w.req.prompt.size());
+    if (a.fed < n_prompt) {
+      const int64_t n = std::min(n_prompt - a.fed, cfg_.n_batch);
+      if (prompt_tokens > 0 && prompt_tokens + n > cfg_.prompt_budget) continue;  // a later step
+      prompt_tokens += n;
+      inputs.push_back({a.seq, std::span<const int32_t>(a.history).subspan(size_t(a.fed), size_t(n))});
+    } else {
+      inputs.push_back({a.seq, std::span<const int32_t>(&a.history.back(), 1)});
+    }
+    who.push_back(i);
+  }
+  if (inputs.empty()) {
+    publish();
+    return work;
+  }
+
+  // 5. the step; a failure leaves the state of every sequence in it undefined
+  const status s = d_->step(inputs);
+  {
+    std::lock_guard<std::mutex> lk(queue_m_);
+    ++metrics_.steps;
+    if (s.ok()) metrics_.tokens_prompt += prompt_tokens;
+  }
+  if (!s.ok()) {
+    std::sort(who.begin(), who.end());
+    for (size_t k = who.size(); k-- > 0;) end(who[k], outcome::error, s.to_string());
+    publish();
+    return true;
+  }
+  std::vector<gen::seq_sample> draws;
+  std::vector<size_t> drawn;  // active_ index of each draw
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    active& a = active_[who[k]];
+    if (a.fed < int64_t(a.w.req.prompt.size())) a.fed += int64_t(inputs[k].tokens.size());
+    if (a.fed == int64_t(a.w.req.prompt.size())) {
+      draws.push_back({a.seq, a.w.req.sampling, a.history});
+      drawn.push_back(who[k]);
+    }
+  }
+
+  // 6. the draws, their delivery, and the endings they bring
+  std::vector<std::pair<size_t, finish_info>> endings;  // active_ index, why
+  if (!draws.empty()) {
+    std::vector<int32_t> ids;
+    const status ds = d_->sample(draws, ids);
+    for (size_t k = 0; k < drawn.size(); ++k) {
+      active& a = active_[drawn[k]];
+      if (!ds.ok()) {
+        endings.push_back({drawn[k], {outcome::error, ds.to_string()}});
+        continue;
+      }
+      const int32_t id = ids[k];
+      a.history.push_back(id);
+      ++a.drawn;
+      {
+        std::lock_guard<std::mutex> lk(queue_m_);
+        ++metrics_.tokens_generated;
+      }
+      if (std::find(cfg_.stop_ids.begin(), cfg_.stop_ids.end(), id) != cfg_.stop_ids.end()) {
+        endings.push_back({drawn[k], {outcome::stop}});
+        continue;
+      }
+      if (a.w.req.on_token) {
+        try {
+          a.w.req.on_token(id);
+        } catch (const std::exception& e) {
+          endings.push_back({drawn[k], {outcome::error, std::string("on_token threw: ") + e.what()}});
+          continue;
+        } catch (...) {
+          endings.push_back({drawn[k], {outcome::error, "on_token threw"}});
+          continue;
+        }
+      }
+      // max_tokens reached, or the id just drawn has no room in the context
+      if (a.drawn >= a.w.req.max_tokens || d_->n_past(a.seq) + 1 > n_ctx)
+        endings.push_back({drawn[k], {outcome::length}});
+    }
+  }
+  std::sort(endings.begin(), endings.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  for (auto& [i, f] : endings) end(i, f.reason, std::move(f.error));
+  publish();
+  return true;
+}
+
+status scheduler::run() {
+  if (!d_) return error(status_code::invalid_argument, "scheduler::run: not initialised");
+  if (thread_.joinable()) return error(status_code::invalid_argument, "scheduler::run: already running");
+  {
+    std::lock_guard<std::mutex> lk(wake_->m);
+    wake_->stop = false;
+  }
+  thread_ = std::thread([this] { loop(); });
+  return status::success();
+}
+
+void scheduler::loop() {
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lk(wake_->m);
+      if (wake_->stop) return;
+      wake_->pending = false;  // what comes after this is seen by step_once or wakes the wait below
+    }
+    if (step_once()) continue;
+    {
+      std::lock_guard<std::mutex> lk(queue_m_);
+      ++metrics_.idle_waits;
+    }
+    std::unique_lock<std::mutex> lk(wake_->m);
+    wake_->cv.wait(lk, [&] { return wake_->pending || wake_->stop; });
+  }
+}
+
+void scheduler::stop() {
+  {
+    std::lock_guard<std::mutex> lk(wake_->m);
+    wake_->stop = true;
+  }
+  wake_->cv.notify_all();
+  // from a callback (the loop's own thread) the loop ends when the callback returns; joined later
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+}
+
+scheduler_metrics scheduler::metrics() const {
+  std::lock_guard<std::mutex> lk(queue_m_);
+  return metrics_;
+}
+
+}  // namespace q35::server

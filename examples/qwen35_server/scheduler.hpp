@@ -1,0 +1,206 @@
+// scheduler: continuous batching of generation requests over one gen::decoder. Requests come from any
+// thread; one thread steps the decoder: every step each decoding sequence feeds its last token and
+// prefilling ones feed their next prompt chunk, so prompts never stall the sequences already streaming.
+//
+//   server::scheduler s;
+//   Q35_TRY(s.init(decoder, {.max_queue = 64, .n_batch = 512, .prompt_budget = 512, .n_vocab = nv,
+//                             .stop_ids = {eos}}));
+//   Q35_TRY(s.run());                                  // the scheduling thread
+//   auto r = s.submit({prompt_ids, params, 256, on_token, on_done});
+//   if (!r.ok()) ...                                   // r.error: queue_full (503) or invalid_request (400)
+//   r.handle.cancel();                                 // any thread; effective at the next step boundary
+//   s.stop();
+//
+// Policy:
+// - Admission is FIFO: the oldest waiting request starts when a sequence slot is free and the KV pool
+//   holds pages for its prompt plus one token that no other sequence has a claim on. Those pages stay
+//   promised to it until its first generated token is fed, so its prefill can never run out of pages.
+// - Prompts go in chunks of n_batch tokens (the last one shorter), always cut the same way whatever
+//   else runs, because the decoder's batch invariance holds only for a prompt chunked the same way.
+//   A step takes chunks, oldest sequence first, while its prompt tokens stay within prompt_budget
+//   (the first chunk of a step always goes; one that does not fit waits, a later smaller one may go).
+// - A decoding sequence whose next token has no room ends with "length": at the context (n_ctx tokens)
+//   or when the pool has no free, unpromised page for it. When several need a new page and too few
+//   are free, the newest of them ends first (its pages let the older ones go on). Ending rather than
+//   waiting is what keeps the pool from deadlocking: a sequence only ever waits for a page in the queue.
+// - A stop id (eos, ...) ends the request with "stop": it counts as a generated token (usage) but is
+//   not passed to on_token.
+// - A failed decoder step fails every request of that step with the decoder's message and frees their
+//   sequences (a partly run step leaves their state undefined, so none of them can go on); the others
+//   keep going. Checks done at submit (ids within the vocabulary, lengths, sampling values) keep the
+//   decoder's refusals from hitting the innocent requests of a step.
+//
+// Callbacks run on the stepping thread, outside the scheduler's queue lock: they may call submit() and
+// cancel(), not step_once() or stop() (stop() from a callback only asks the loop to end).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "decoder.hpp"
+#include "q35/core/status.hpp"
+#include "q35/launch/sample.hpp"
+
+namespace q35::server {
+
+// How a request ended.
+enum class outcome { stop, length, cancelled, error };
+// "stop", "length", "cancelled", "error"
+const char* to_string(outcome o);
+
+struct finish_info {
+  outcome reason = outcome::stop;
+  std::string error;              // outcome::error: what failed
+  int64_t prompt_tokens = 0;      // the prompt's length
+  int64_t completion_tokens = 0;  // ids drawn, a stop id included
+};
+
+struct request {
+  std::vector<int32_t> prompt;  // token ids, 1 .. n_ctx of them
+  launch::sampling_params sampling;
+  int64_t max_tokens = 16;                          // ids drawn at most, >= 1
+  std::function<void(int32_t id)> on_token;         // each drawn id but a stop id, as it is drawn
+  std::function<void(const finish_info&)> on_done;  // exactly once per accepted request
+};
+
+namespace detail {
+// What wakes the scheduling thread: submit, cancel, stop. Shared with the handles, which may outlive it.
+struct wake_signal {
+  std::mutex m;
+  std::condition_variable cv;
+  bool pending = false;  // something happened since the loop last looked
+  bool stop = false;
+  void notify();
+};
+struct request_state {
+  uint64_t id = 0;
+  std::atomic<bool> cancel{false};
+  std::shared_ptr<wake_signal> wake;
+};
+}  // namespace detail
+
+// A submitted request: its id and a cancel() callable from any thread.
+class request_handle {
+ public:
+  request_handle() = default;
+  bool valid() const { return state_ != nullptr; }
+  uint64_t id() const { return state_ ? state_->id : 0; }
+  // The request ends with "cancelled" at the next step boundary (no effect once it has ended).
+  void cancel() const;
+
+ private:
+  friend class scheduler;
+  explicit request_handle(std::shared_ptr<detail::request_state> s) : state_(std::move(s)) {}
+  std::shared_ptr<detail::request_state> state_;
+};
+
+enum class submit_error { none, queue_full, invalid_request };
+
+struct submit_result {
+  request_handle handle;  // valid when ok()
+  submit_error error = submit_error::none;
+  std::string message;  // why not, naming the value
+  bool ok() const { return error == submit_error::none; }
+};
+
+struct scheduler_config {
+  size_t max_queue = 64;  // requests waiting for admission at most; submit() refuses more (queue_full)
+  // Tokens of one prompt chunk: the decoder's n_batch (decoder_config::n_batch, at most n_ctx), or less.
+  // The decoder does not report it, so it is given again here.
+  int64_t n_batch = 512;
+  // Prompt tokens per step (the first chunk of a step always goes), <= n_batch: a step holds n_batch +
+  // n_seq_max rows. Smaller keeps decoding sequences' steps short while long prompts come in.
+  int64_t prompt_budget = 512;
+  int32_t n_vocab = 0;            // submit() checks prompt ids against it; 0: unchecked (the step fails)
+  std::vector<int32_t> stop_ids;  // ids that end a generation with "stop" (eos, end of turn)
+};
+
+struct scheduler_metrics {
+  int64_t requests_submitted = 0;  // accepted by submit()
+  int64_t requests_rejected = 0;   // refused by submit(): queue full or invalid
+  int64_t requests_finished = 0;   // ended with stop or length
+  int64_t requests_cancelled = 0;
+  int64_t requests_failed = 0;   // ended with an error
+  int64_t tokens_prompt = 0;     // prompt tokens fed to the decoder
+  int64_t tokens_generated = 0;  // ids drawn
+  int64_t queue_length = 0;      // waiting for admission
+  int64_t active_sequences = 0;
+  int64_t kv_pages_used = 0, kv_pages_total = 0;
+  int64_t steps = 0;           // decoder steps run, failed ones included
+  int64_t idle_waits = 0;      // times the run() loop went to sleep for lack of work
+  int64_t sequences_lost = 0;  // slots retired because decoder::clear failed on them
+};
+
+class scheduler {
+ public:
+  scheduler();
+  scheduler(const scheduler&) = delete;
+  scheduler& operator=(const scheduler&) = delete;
+  // Stops the thread; requests still waiting or running end with an error. The decoder must outlive it.
+  ~scheduler();
+
+  // Takes `d` (initialised, no sequence in use) for itself. Checks the configuration.
+  status init(gen::decoder& d, const scheduler_config& cfg);
+
+  // Any thread. Refuses an invalid request (the message names the problem) or one that finds the queue
+  // full; neither callback is called then.
+  submit_result submit(request r);
+
+  // One iteration: cancellations, context-full endings, admissions, one decoder step, sampling, token
+  // delivery and endings. Returns whether there was anything to do. Deterministic; one caller at a time
+  // (calls are serialized), and not from a callback.
+  bool step_once();
+
+  // Starts the scheduling thread: step_once() in a loop, asleep while there is nothing to do.
+  status run();
+  // Ends the loop after its current iteration and joins the thread. Requests stay where they are.
+  void stop();
+
+  scheduler_metrics metrics() const;  // any thread
+
+ private:
+  struct waiting {
+    request req;
+    std::shared_ptr<detail::request_state> state;
+  };
+  struct active {
+    waiting w;
+    int seq = -1;
+    int64_t fed = 0;               // prompt tokens fed
+    int64_t drawn = 0;             // ids drawn
+    std::vector<int32_t> history;  // prompt, then the drawn ids (the last one not yet fed)
+  };
+
+  int64_t pages_for(int64_t tokens) const;
+  // Pages promised to `a` beyond those it holds: room for its prompt and one token, until it has them.
+  int64_t promised(const active& a) const;
+  // Ends active_[i] (frees its sequence, calls on_done) and removes it.
+  void end(size_t i, outcome why, std::string error = {});
+  static void notify_done(waiting& w, const finish_info& f);
+  void loop();
+  void publish();  // the step thread's view of pages and sequences into metrics_
+
+  gen::decoder* d_ = nullptr;
+  scheduler_config cfg_;
+  std::shared_ptr<detail::wake_signal> wake_;
+
+  mutable std::mutex queue_m_;  // guards queue_, metrics_, next_id_
+  std::deque<waiting> queue_;
+  scheduler_metrics metrics_;
+  uint64_t next_id_ = 1;
+
+  std::mutex step_m_;           // serializes step_once; guards what follows
+  std::vector<active> active_;  // in admission order
+  std::vector<int> free_seqs_;
+  std::thread thread_;
+};
+
+}  // namespace q35::server
