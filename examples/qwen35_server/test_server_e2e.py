@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""End to end: qwen35_server on a bundled tiny model, driven by the official `openai` client.
+
+Starts the server on a free loopback port, then checks: chat and text completions, streamed and not
+(the streamed text equals the non-streamed one), 8 concurrent requests equal to the same requests one at
+a time (batch invariance), a request with tools, the error cases (malformed JSON, wrong types, unknown
+fields, bad max_tokens, empty messages, invalid UTF-8, a 100 MB body, a wrong API key, an unknown route,
+a prompt longer than the context), a client that disconnects mid-stream (its request is cancelled and
+its pages come back), and at the end /health is 200 and /metrics shows no page in use.
+
+usage: test_server_e2e.py SERVER_BINARY MODEL.gguf
+"""
+import concurrent.futures
+import http.client
+import json
+import re
+import subprocess
+import sys
+import time
+
+import openai
+
+KEY = "e2e-test-key"
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, flush=True)
+
+
+def start_server(binary, model):
+    # -b 8: prompt chunks of at most 8 tokens take the GEMV path, which the sim runs quickly
+    proc = subprocess.Popen([binary, "-m", model, "--port", "0", "-np", "8", "-c", "2048", "-b", "8",
+                             "--api-key", KEY, "--queue", "32"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    line = proc.stdout.readline()
+    m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+    if not m:
+        proc.kill()
+        sys.exit("the server did not start: " + line + proc.stdout.read())
+    return proc, int(m.group(1))
+
+
+def raw(port, method, path, body=b"", headers=None, key=KEY):
+    """One HTTP request without the client library: (status, headers, body bytes)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    h = {"Content-Type": "application/json"}
+    if key:
+        h["Authorization"] = "Bearer " + key
+    h.update(headers or {})
+    conn.request(method, path, body=body, headers=h)
+    r = conn.getresponse()
+    data = r.read()
+    conn.close()
+    return r.status, dict(r.getheaders()), data
+
+
+def metrics(port):
+    _, _, body = raw(port, "GET", "/metrics")
+    out = {}
+    for line in body.decode().splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def chat_text(msg):
+    return (getattr(msg, "reasoning_content", None) or "") + "|" + (msg.content or "")
+
+
+def main():
+    binary, model = sys.argv[1], sys.argv[2]
+    proc, port = start_server(binary, model)
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0, timeout=300)
+        mid = client.models.list().data[0].id
+        check(mid.endswith(".gguf"), f"/v1/models names the file: {mid}")
+
+        # chat: streamed text equals the non-streamed one (greedy, and sampled with a seed)
+        for params in ({"temperature": 0}, {"temperature": 0.9, "top_p": 0.9, "seed": 42}):
+            msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name three colors."}]
+            whole = client.chat.completions.create(model=mid, messages=msgs, max_tokens=12, **params)
+            check(whole.usage.completion_tokens >= 1 and whole.usage.prompt_tokens > 10, "chat usage counts")
+            check(whole.choices[0].finish_reason in ("stop", "length"), "chat finish reason")
+            reasoning, content, finish, usage = "", "", None, None
+            for chunk in client.chat.completions.create(model=mid, messages=msgs, max_tokens=12, stream=True,
+                                                        stream_options={"include_usage": True}, **params):
+                if chunk.usage:
+                    usage = chunk.usage
+                for c in chunk.choices:
+                    reasoning += getattr(c.delta, "reasoning_content", None) or ""
+                    content += c.delta.content or ""
+                    finish = c.finish_reason or finish
+            check(reasoning + "|" + content == chat_text(whole.choices[0].message),
+                  f"chat streamed == non-streamed ({params}): {reasoning + '|' + content!r} vs "
+                  f"{chat_text(whole.choices[0].message)!r}")
+            check(finish == whole.choices[0].finish_reason, "chat streamed finish reason")
+            check(usage is not None and usage.completion_tokens == whole.usage.completion_tokens, "streamed usage")
+
+        # text completion, streamed and not
+        whole = client.completions.create(model=mid, prompt="The weather today is", max_tokens=10, temperature=0)
+        streamed = "".join(c.choices[0].text for c in client.completions.create(
+            model=mid, prompt="The weather today is", max_tokens=10, temperature=0, stream=True) if c.choices)
+        check(streamed == whole.choices[0].text, f"completion streamed == non-streamed: {streamed!r}")
+
+        # 8 concurrent requests equal the same requests one at a time
+        def ask(i):
+            r = client.chat.completions.create(
+                model=mid, messages=[{"role": "user", "content": f"Question number {i}: " + "why? " * i}],
+                max_tokens=6 + i, temperature=0.8, seed=100 + i, extra_body={"top_k": 20})
+            return chat_text(r.choices[0].message), r.usage.completion_tokens
+
+        alone = [ask(i) for i in range(8)]
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            together = list(pool.map(ask, range(8)))
+        check(together == alone, f"8 concurrent == one at a time:\n{together}\n{alone}")
+
+        # tools: rendered into the prompt (more prompt tokens), the request served (the tiny vocabulary
+        # spells the tool block in ~1000 tokens)
+        tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+                                                   "parameters": {"type": "object",
+                                                                  "properties": {"city": {"type": "string"}},
+                                                                  "required": ["city"]}}}]
+        q = [{"role": "user", "content": "Weather in Paris?"}]
+        plain = client.chat.completions.create(model=mid, messages=q, max_tokens=4, temperature=0)
+        with_tools = client.chat.completions.create(model=mid, messages=q, max_tokens=4, temperature=0, tools=tools)
+        check(with_tools.usage.prompt_tokens > plain.usage.prompt_tokens + 50, "tools are rendered into the prompt")
+        # a past tool call and its result go through the template too
+        hist = q + [{"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_0", "content": "sunny"}]
+        r = client.chat.completions.create(model=mid, messages=hist, max_tokens=4, temperature=0, tools=tools)
+        check(r.usage.prompt_tokens > with_tools.usage.prompt_tokens, "tool history is rendered")
+
+        # errors: a 4xx with OpenAI's error body, and the server goes on
+        def expect(status, body, what, key=KEY, path="/v1/chat/completions", method="POST"):
+            s, _, data = raw(port, method, path, body if isinstance(body, bytes) else body.encode(), key=key)
+            ok = s == status
+            try:
+                err = json.loads(data)["error"]
+                ok = ok and isinstance(err["message"], str) and err["message"]
+            except (ValueError, KeyError, TypeError):
+                ok = False
+            check(ok, f"{what}: expected {status} with an error body, got {s} {data[:200]!r}")
+            return data.decode(errors="replace")
+
+        expect(400, '{"messages": [', "malformed JSON")
+        expect(400, '{"messages": "hi"}', "messages of the wrong type")
+        expect(400, '{"messages": [{"role": "user", "content": "hi"}], "temperature": "hot"}', "a string temperature")
+        expect(400, '{"messages": [{"role": "user", "content": "hi"}], "frobnicate": 1}', "an unknown field")
+        expect(400, '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": -5}', "negative max_tokens")
+        expect(400, '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1000000000}', "huge max_tokens")
+        expect(400, '{"messages": []}', "no messages")
+        expect(400, b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}', "invalid UTF-8")
+        expect(413, b'{"prompt": "' + b"a" * (100 << 20) + b'"}', "a 100 MB body", path="/v1/completions")
+        expect(401, '{"messages": [{"role": "user", "content": "hi"}]}', "a wrong API key", key="wrong")
+        expect(401, '{"messages": [{"role": "user", "content": "hi"}]}', "no API key", key=None)
+        expect(404, "", "an unknown route", path="/v1/nothing", method="GET")
+        long_msg = expect(400, json.dumps({"prompt": "hello " * 3000, "max_tokens": 4}), "a prompt over the context",
+                          path="/v1/completions")
+        lengths = [int(n) for n in re.findall(r"\d+", json.loads(long_msg)["error"]["message"])]
+        check(2048 in lengths and max(lengths) > 3000, f"the context error names both lengths: {long_msg}")
+
+        # a client that disconnects mid-stream: its request is cancelled, its pages come back
+        before = metrics(port)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        conn.request("POST", "/v1/completions",
+                     body=json.dumps({"prompt": "Once upon a time", "max_tokens": 400, "stream": True}),
+                     headers={"Content-Type": "application/json", "Authorization": "Bearer " + KEY})
+        resp = conn.getresponse()
+        check(resp.status == 200, "streaming response")
+        first = resp.read(6)
+        check(first.startswith(b"data: "), f"a first event: {first!r}")
+        conn.sock.close()
+        conn.close()
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            m = metrics(port)
+            if (m['q35_requests_total{outcome="cancelled"}'] > before['q35_requests_total{outcome="cancelled"}']
+                    and m["q35_active_sequences"] == 0):
+                break
+            time.sleep(0.2)
+        check(m['q35_requests_total{outcome="cancelled"}'] == before['q35_requests_total{outcome="cancelled"}'] + 1,
+              "the disconnected request was cancelled")
+        check(m["q35_generated_tokens_total"] - before["q35_generated_tokens_total"] < 400,
+              "the disconnected request stopped early")
+
+        # still healthy, nothing leaked
+        s, _, _ = raw(port, "GET", "/health", key=None)
+        check(s == 200, "/health after everything")
+        m = metrics(port)
+        check(m["q35_kv_pages_used"] == 0 and m["q35_active_sequences"] == 0 and m["q35_queue_length"] == 0,
+              f"no pages, sequences or queue left: {m}")
+        check(m["q35_kv_pages_total"] == 2048 / 16, "the pool's pages")
+    finally:
+        proc.terminate()
+        try:
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+            failures.append("the server did not stop on SIGTERM")
+        check(proc.returncode == 0, f"the server exits 0 on SIGTERM (got {proc.returncode}): {out[-500:]}")
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        return 1
+    print("all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
