@@ -89,6 +89,9 @@ status decoder::init(const device_model& m, const decoder_config& cfg) {
   if (cfg.n_seq_max < 1 || cfg.n_seq_max > 4096)
     return error(status_code::invalid_argument,
                  "sequence count " + std::to_string(cfg.n_seq_max) + " is outside 1..4096");
+  if (cfg.n_prefix_slots < 0 || cfg.n_prefix_slots > 4096)
+    return error(status_code::invalid_argument,
+                 "prefix checkpoint count " + std::to_string(cfg.n_prefix_slots) + " is outside 0..4096");
   cfg_.n_batch = std::min(cfg.n_batch, cfg.n_ctx);
   const int64_t nb = cfg_.n_batch, S = cfg.n_seq_max;
   if (staging_in_flight_) Q35_TRY(sync());  // a re-init frees the staging record
@@ -141,7 +144,7 @@ status decoder::init(const device_model& m, const decoder_config& cfg) {
   }
   if (n_gdn > 0) {
     kv::gdn_state_shape rs{n_gdn,
-                           int(S),
+                           int(S) + cfg.n_prefix_slots,  // the sequences' slots, then the checkpoints'
                            int(h.ssm_n_k_heads),
                            int(h.ssm_n_v_heads),
                            int(h.ssm_k_head_dim),
@@ -175,6 +178,7 @@ status decoder::init(const device_model& m, const decoder_config& cfg) {
   Q35_TRY(sample_ws_.allocate(align_256(launch::sample_workspace_bytes(1, int(h.n_vocab)))));
   Q35_TRY(fill_bytes(result_.data(), 0, result_.bytes(), stream()));  // ids and the error flag
   seqs_.assign(size_t(S), sequence{});
+  prefixes_.assign(size_t(cfg.n_prefix_slots), prefix{});
   for (int i = 0; i < S; ++i) Q35_TRY(clear(i));
   return status::success();
 }
@@ -231,6 +235,87 @@ status decoder::clear(int seq) {
 }
 
 status decoder::clear() { return clear(0); }
+
+bool decoder::prefix_valid(int id) const {
+  return id >= 0 && size_t(id) < prefixes_.size() && prefixes_[size_t(id)].live;
+}
+
+int decoder::prefixes_free() const {
+  return int(std::count_if(prefixes_.begin(), prefixes_.end(), [](const prefix& p) { return !p.live; }));
+}
+
+const std::vector<int32_t>& decoder::prefix_tokens(int id) const {
+  static const std::vector<int32_t> none;
+  return prefix_valid(id) ? prefixes_[size_t(id)].tokens : none;
+}
+
+int64_t decoder::prefix_pages() const {
+  std::vector<bool> held(size_t(pages_.n_pages()), false);
+  int64_t n = 0;
+  for (const prefix& p : prefixes_)
+    if (p.live && p.pages >= 0)
+      for (int32_t pg : pages_.pages(p.pages))
+        if (!held[size_t(pg)]) held[size_t(pg)] = true, ++n;
+  return n;
+}
+
+status decoder::save_prefix(int seq, int& id) {
+  Q35_TRY(check_seq(seq, "save_prefix"));
+  const sequence& q = seqs_[size_t(seq)];
+  const int pt = pages_.page_tokens();
+  if (q.n_past < 1 || q.n_past % pt != 0)
+    return error(status_code::invalid_argument,
+                 "decoder::save_prefix: sequence " + std::to_string(seq) + " holds " + std::to_string(q.n_past) +
+                     " tokens; a checkpoint needs a positive multiple of the page size " + std::to_string(pt));
+  const auto it = std::find_if(prefixes_.begin(), prefixes_.end(), [](const prefix& p) { return !p.live; });
+  if (it == prefixes_.end())
+    return error(status_code::out_of_memory, "decoder::save_prefix: all " + std::to_string(prefixes_.size()) +
+                                                 " prefix checkpoint slots are taken");
+  const int slot = int(it - prefixes_.begin());
+  prefix p;
+  if (q.pages >= 0) {
+    Q35_TRY(pages_.fork(q.pages, p.pages));  // full pages only (n_past is page-aligned): shared, no copy
+  }
+  if (recurrent_bytes_ > 0) {
+    const status c = rs_.copy(seq, cfg_.n_seq_max + slot, stream());
+    if (!c.ok()) {
+      if (p.pages >= 0) pages_.free(p.pages);
+      return c;
+    }
+  }
+  p.live = true;
+  p.tokens = q.history;
+  *it = std::move(p);
+  id = slot;
+  return status::success();
+}
+
+status decoder::start_from_prefix(int seq, int id) {
+  Q35_TRY(check_seq(seq, "start_from_prefix"));
+  if (!prefix_valid(id))
+    return error(status_code::invalid_argument,
+                 "decoder::start_from_prefix: no prefix checkpoint " + std::to_string(id));
+  const prefix& p = prefixes_[size_t(id)];
+  Q35_TRY(clear(seq));
+  sequence& q = seqs_[size_t(seq)];
+  if (p.pages >= 0) {
+    int forked = -1;
+    Q35_TRY(pages_.fork(p.pages, forked));  // full pages: shared, no copy, no new page
+    pages_.free(q.pages);
+    q.pages = forked;
+  }
+  if (recurrent_bytes_ > 0) Q35_TRY(rs_.copy(cfg_.n_seq_max + id, seq, stream()));
+  q.history = p.tokens;
+  q.n_past = int64_t(p.tokens.size());
+  return status::success();
+}
+
+void decoder::drop_prefix(int id) {
+  if (!prefix_valid(id)) return;
+  prefix& p = prefixes_[size_t(id)];
+  if (p.pages >= 0) pages_.free(p.pages);
+  p = prefix{};  // its slot is written again only by a later save_prefix, after the copies queued before it
+}
 
 status decoder::sync() const {
   Q35_TRY(synchronize(stream()));

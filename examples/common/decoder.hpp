@@ -52,6 +52,9 @@ struct decoder_config {
   bool keep_all_logits = false;  // eval()/step() return the logits of every input token, not only the last
   bool use_graphs = true;        // CUDA: record decode-only steps once per sequence count and replay them
   bool batch_invariant = false;  // rows independent of the batch (see above)
+  // Prefix checkpoints kept at once (see save_prefix): each holds one recurrent-state slot
+  // (recurrent_bytes()) of device memory, and shares the KV pages of its tokens with the pool.
+  int n_prefix_slots = 0;
 };
 
 // What a prompt cache holds: the tokens fed so far and the device state after them.
@@ -108,6 +111,24 @@ class decoder {
   status save(int seq, decoder_state& out) const;
   status load(int seq, const decoder_state& in);
 
+  // Prefix checkpoints: the state of a sequence at a page-aligned position, kept apart from every
+  // sequence, so that new sequences whose tokens begin the same way start there instead of at 0.
+  // A checkpoint shares the sequence's KV pages (reference counted; full pages are never written again)
+  // and copies its recurrent state into one of cfg.n_prefix_slots slots (device to device, on the
+  // stream). Until drop_prefix() its pages stay taken, so a pool under pressure drops checkpoints first.
+  //
+  // save_prefix: n_past(seq) must be a positive multiple of page_tokens(), and a slot free; `id`
+  // receives the checkpoint. start_from_prefix: `seq` becomes a sequence holding the checkpoint's
+  // tokens (its previous tokens forgotten, as by clear(seq)); it has no logits until its next step.
+  status save_prefix(int seq, int& id);
+  status start_from_prefix(int seq, int id);
+  void drop_prefix(int id);
+  int n_prefix_slots() const { return cfg_.n_prefix_slots; }
+  int prefixes_free() const;
+  bool prefix_valid(int id) const;
+  const std::vector<int32_t>& prefix_tokens(int id) const;  // empty for an invalid id
+  int64_t prefix_pages() const;  // KV pages the checkpoints hold (a page shared by several counted once)
+
   // KV pages of the pool: all, free.
   int64_t pages_total() const { return pages_.n_pages(); }
   int64_t pages_free() const { return pages_.n_pages() > 0 ? pages_.free_pages() : 0; }
@@ -145,6 +166,11 @@ class decoder {
     std::vector<int32_t> history;
     int64_t logits_row = -1;  // its row of logits_ after the last step it took part in
   };
+  struct prefix {
+    bool live = false;
+    int pages = -1;  // the page allocator's sequence holding its pages
+    std::vector<int32_t> tokens;
+  };
   // A run of rows that every layer call sees alone: the decode group (one-token inputs) or one prompt chunk.
   struct group {
     int64_t row0 = 0, n = 0;  // rows of the step
@@ -174,6 +200,7 @@ class decoder {
   const device_model* m_ = nullptr;
   decoder_config cfg_;
   std::vector<sequence> seqs_;
+  std::vector<prefix> prefixes_;             // [n_prefix_slots]; checkpoint i keeps its state in slot n_seq_max + i
   std::vector<int> attn_index_, gdn_index_;  // per layer: its index among its kind
   kv::kv_pool kv_;
   kv::page_allocator pages_;
