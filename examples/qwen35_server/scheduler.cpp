@@ -49,6 +49,70 @@ scheduler::~scheduler() {
   const std::string why = "the scheduler shut down before the request finished";
   for (waiting& w : left) notify_done(w, {outcome::error, why, int64_t(w.req.prompt.size()), 0});
   while (!active_.empty()) end(active_.size() - 1, outcome::error, why);
+  for (const cached_prefix& c : prefixes_) d_->drop_prefix(c.id);
+}
+
+void scheduler::drop_prefixes() {
+  if (!d_) return;
+  std::lock_guard<std::mutex> step(step_m_);
+  for (const cached_prefix& c : prefixes_) d_->drop_prefix(c.id);
+  prefixes_.clear();
+  publish();
+}
+
+std::vector<int64_t> scheduler::checkpoint_positions(const std::vector<int32_t>& prompt) const {
+  std::vector<int64_t> cuts;
+  if (d_->n_prefix_slots() == 0) return cuts;
+  const int64_t pt = d_->page_tokens(), n = int64_t(prompt.size());
+  const auto add = [&](int64_t pos) {
+    const int64_t c = pos / pt * pt;
+    if (c > 0 && (cuts.empty() || cuts.back() != c)) cuts.push_back(c);
+  };
+  for (int64_t i = 1; i < n; ++i)
+    if (std::find(cfg_.prefix_boundary_ids.begin(), cfg_.prefix_boundary_ids.end(), prompt[size_t(i)]) !=
+        cfg_.prefix_boundary_ids.end())
+      add(i);
+  if (cuts.size() > 5) cuts.erase(cuts.begin() + 2, cuts.end() - 3);  // the first 2 and the last 3
+  add(n - 1);  // >= every boundary's floor; leaves at least one token to compute
+  return cuts;
+}
+
+int scheduler::find_prefix(const std::vector<int32_t>& prompt, const std::vector<int64_t>& cuts,
+                           int64_t min_len) const {
+  for (size_t k = cuts.size(); k-- > 0;) {
+    if (cuts[k] < min_len) break;
+    for (size_t i = 0; i < prefixes_.size(); ++i) {
+      const std::vector<int32_t>& t = d_->prefix_tokens(prefixes_[i].id);
+      if (int64_t(t.size()) == cuts[k] && std::equal(t.begin(), t.end(), prompt.begin())) return int(i);
+    }
+  }
+  return -1;
+}
+
+bool scheduler::evict_prefix(int keep) {
+  size_t lru = prefixes_.size();
+  for (size_t i = 0; i < prefixes_.size(); ++i)
+    if (prefixes_[i].id != keep && (lru == prefixes_.size() || prefixes_[i].last_used < prefixes_[lru].last_used))
+      lru = i;
+  if (lru == prefixes_.size()) return false;
+  d_->drop_prefix(prefixes_[lru].id);
+  prefixes_.erase(prefixes_.begin() + std::ptrdiff_t(lru));
+  ++prefix_counts_.prefix_evictions;
+  return true;
+}
+
+void scheduler::checkpoint(const active& a) {
+  if (!std::binary_search(a.cuts.begin(), a.cuts.end(), a.fed)) return;
+  const std::vector<int64_t> here{a.fed};
+  if (const int i = find_prefix(a.history, here); i >= 0) {
+    prefixes_[size_t(i)].last_used = ++tick_;
+    return;
+  }
+  if (d_->prefixes_free() == 0 && !evict_prefix()) return;
+  int id = -1;
+  if (!d_->save_prefix(a.seq, id).ok()) return;  // (cannot fail: aligned, a slot free) the request goes on
+  prefixes_.push_back({id, ++tick_});
+  ++prefix_counts_.prefix_checkpoints;
 }
 
 status scheduler::init(gen::decoder& d, const scheduler_config& cfg) {
@@ -171,6 +235,12 @@ void scheduler::publish() {
   metrics_.kv_pages_total = d_->pages_total();
   metrics_.kv_pages_used = d_->pages_total() - d_->pages_free();
   metrics_.queue_length = int64_t(queue_.size());
+  metrics_.prefix_hits = prefix_counts_.prefix_hits;
+  metrics_.prefix_tokens_reused = prefix_counts_.prefix_tokens_reused;
+  metrics_.prefix_checkpoints = prefix_counts_.prefix_checkpoints;
+  metrics_.prefix_evictions = prefix_counts_.prefix_evictions;
+  metrics_.prefix_cached = int64_t(prefixes_.size());
+  metrics_.prefix_pages = d_->prefix_pages();
 }
 
 bool scheduler::step_once() {
@@ -204,11 +274,14 @@ bool scheduler::step_once() {
   // free to take; a sequence takes its own promise first.
   const bool paged = d_->pages_total() > 0;  // no pages at all: a model without attention layers
   const int64_t n_ctx = d_->n_ctx();
-  int64_t spare = std::numeric_limits<int64_t>::max() / 2;  // free pages nobody is promised
-  if (paged) {
-    spare = d_->pages_free();
-    for (const active& a : active_) spare -= promised(a);
-  }
+  int64_t reserved = 0;         // pages of the pool taken by this step's needy sequences (below)
+  const auto spare_now = [&] {  // free pages nobody is promised
+    if (!paged) return std::numeric_limits<int64_t>::max() / 2;
+    int64_t n = d_->pages_free() - reserved;
+    for (const active& a : active_) n -= promised(a);
+    return n;
+  };
+  int64_t spare = spare_now();
   std::vector<size_t> needy;  // decoding sequences that need a page beyond their promise, oldest first
   for (size_t i = 0; i < active_.size();) {
     const active& a = active_[i];
@@ -225,7 +298,8 @@ bool scheduler::step_once() {
     if (paged && pages_for(n_past + 1) - pages_for(n_past) > promised(a)) needy.push_back(i);
     ++i;
   }
-  // too few: the newest needy sequence ends, and its pages go to the spare ones
+  // too few: cached prefixes go first, then the newest needy sequence ends, and its pages go to the others
+  while (int64_t(needy.size()) > spare && evict_prefix()) spare = spare_now();
   while (int64_t(needy.size()) > spare) {
     const size_t i = needy.back();
     needy.pop_back();
@@ -233,18 +307,37 @@ bool scheduler::step_once() {
     end(i, outcome::length);  // indices before i (all of needy's) stay valid
     work = true;
   }
-  spare -= int64_t(needy.size());
+  reserved = int64_t(needy.size());
+  spare -= reserved;
 
   // 3. admissions, oldest first, while a slot and the pages for prompt + 1 token are there
   {
     std::lock_guard<std::mutex> lk(queue_m_);
     while (!queue_.empty() && !free_seqs_.empty()) {
       waiting& w = queue_.front();
-      const int64_t need = paged ? pages_for(std::min<int64_t>(int64_t(w.req.prompt.size()) + 1, n_ctx)) : 0;
+      std::vector<int64_t> cuts = checkpoint_positions(w.req.prompt);
+      const int hit = find_prefix(w.req.prompt, cuts);
+      const int hit_id = hit >= 0 ? prefixes_[size_t(hit)].id : -1;
+      const int64_t reused = hit >= 0 ? int64_t(d_->prefix_tokens(hit_id).size()) : 0;
+      const int64_t need =
+          paged ? pages_for(std::min<int64_t>(int64_t(w.req.prompt.size()) + 1, n_ctx)) - pages_for(reused) : 0;
+      while (need > spare && evict_prefix(hit_id)) spare = spare_now();
       if (need > spare) break;
       spare -= need;
       active a;
       a.seq = free_seqs_.back();
+      a.cuts = std::move(cuts);
+      if (hit_id >= 0 && d_->start_from_prefix(a.seq, hit_id).ok()) {
+        a.fed = reused;
+        for (cached_prefix& c : prefixes_)
+          if (c.id == hit_id) c.last_used = ++tick_;
+        ++prefix_counts_.prefix_hits;
+        prefix_counts_.prefix_tokens_reused += reused;
+      } else if (hit_id >= 0) {
+        // (cannot happen: the checkpoint was just found) a cold start, whose extra pages come from spare
+        if (!d_->clear(a.seq).ok()) break;
+        spare -= pages_for(reused);
+      }
       free_seqs_.pop_back();
       a.history = w.req.prompt;
       a.w = std::move(w);
@@ -261,7 +354,9 @@ bool scheduler::step_once() {
     const active& a = active_[i];
     const int64_t n_prompt = int64_t(a.w.req.prompt.size());
     if (a.fed < n_prompt) {
-      const int64_t n = std::min(n_prompt - a.fed, cfg_.n_batch);
+      int64_t n = std::min(n_prompt - a.fed, cfg_.n_batch);
+      const auto cut = std::upper_bound(a.cuts.begin(), a.cuts.end(), a.fed);
+      if (cut != a.cuts.end()) n = std::min(n, *cut - a.fed);
       if (prompt_tokens > 0 && prompt_tokens + n > cfg_.prompt_budget) continue;  // a later step
       prompt_tokens += n;
       inputs.push_back({a.seq, std::span<const int32_t>(a.history).subspan(size_t(a.fed), size_t(n))});
@@ -292,7 +387,10 @@ bool scheduler::step_once() {
   std::vector<size_t> drawn;  // active_ index of each draw
   for (size_t k = 0; k < inputs.size(); ++k) {
     active& a = active_[who[k]];
-    if (a.fed < int64_t(a.w.req.prompt.size())) a.fed += int64_t(inputs[k].tokens.size());
+    if (a.fed < int64_t(a.w.req.prompt.size())) {
+      a.fed += int64_t(inputs[k].tokens.size());
+      checkpoint(a);
+    }
     if (a.fed == int64_t(a.w.req.prompt.size())) {
       draws.push_back({a.seq, a.w.req.sampling, a.history});
       drawn.push_back(who[k]);

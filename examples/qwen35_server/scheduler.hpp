@@ -17,6 +17,8 @@
 //   promised to it until its first generated token is fed, so its prefill can never run out of pages.
 // - Prompts go in chunks of n_batch tokens (the last one shorter), always cut the same way whatever
 //   else runs, because the decoder's batch invariance holds only for a prompt chunked the same way.
+//   With prefix reuse a prompt is also cut at its checkpoint positions (below), and chunks of n_batch
+//   count from the last cut: the cuts are a function of the prompt alone.
 //   A step takes chunks, oldest sequence first, while its prompt tokens stay within prompt_budget
 //   (the first chunk of a step always goes; one that does not fit waits, a later smaller one may go).
 // - A decoding sequence whose next token has no room ends with "length": at the context (n_ctx tokens)
@@ -29,6 +31,17 @@
 //   sequences (a partly run step leaves their state undefined, so none of them can go on); the others
 //   keep going. Checks done at submit (ids within the vocabulary, lengths, sampling values) keep the
 //   decoder's refusals from hitting the innocent requests of a step.
+//
+// - Prefix reuse (the decoder has prefix checkpoint slots): a prompt's checkpoint positions are the
+//   page-aligned floors of the positions of its prefix_boundary_ids (the chat template's <|im_start|>,
+//   so that a shared system prompt, or a chat's earlier turns, end on one) - the first 2 and the last
+//   3 of them - and the floor of its last position (a repeated prompt). When a prefilling sequence
+//   reaches one, the decoder checkpoints it (KV pages shared, recurrent state copied) unless a
+//   checkpoint of the same tokens is cached. A new request starts from the longest cached checkpoint
+//   whose tokens begin its prompt at one of its own checkpoint positions, so its chunks are cut as in
+//   a cold run: the same ids and logits as without the cache, bit for bit. Checkpoints go
+//   least-recently-used first when slots run out, and whenever pages do (before a request waits or a
+//   sequence ends for lack of a page).
 //
 // Callbacks run on the stepping thread, outside the scheduler's queue lock: they may call submit() and
 // cancel(), not step_once() or stop() (stop() from a callback only asks the loop to end).
@@ -121,6 +134,8 @@ struct scheduler_config {
   int64_t prompt_budget = 512;
   int32_t n_vocab = 0;            // submit() checks prompt ids against it; 0: unchecked (the step fails)
   std::vector<int32_t> stop_ids;  // ids that end a generation with "stop" (eos, end of turn)
+  // Ids that begin a message (<|im_start|>): prefix checkpoints go at their page-aligned positions.
+  std::vector<int32_t> prefix_boundary_ids;
 };
 
 struct scheduler_metrics {
@@ -134,9 +149,15 @@ struct scheduler_metrics {
   int64_t queue_length = 0;      // waiting for admission
   int64_t active_sequences = 0;
   int64_t kv_pages_used = 0, kv_pages_total = 0;
-  int64_t steps = 0;           // decoder steps run, failed ones included
-  int64_t idle_waits = 0;      // times the run() loop went to sleep for lack of work
-  int64_t sequences_lost = 0;  // slots retired because decoder::clear failed on them
+  int64_t steps = 0;                 // decoder steps run, failed ones included
+  int64_t idle_waits = 0;            // times the run() loop went to sleep for lack of work
+  int64_t sequences_lost = 0;        // slots retired because decoder::clear failed on them
+  int64_t prefix_hits = 0;           // requests that started from a cached prefix checkpoint
+  int64_t prefix_tokens_reused = 0;  // prompt tokens those requests did not compute
+  int64_t prefix_checkpoints = 0;    // checkpoints taken
+  int64_t prefix_evictions = 0;      // checkpoints dropped (slots or pages ran out)
+  int64_t prefix_cached = 0;         // checkpoints held now
+  int64_t prefix_pages = 0;          // KV pages they hold now (shared ones counted once)
 };
 
 class scheduler {
@@ -166,6 +187,9 @@ class scheduler {
 
   scheduler_metrics metrics() const;  // any thread
 
+  // Drops every cached prefix checkpoint (their pages return to the pool). Not from a callback.
+  void drop_prefixes();
+
  private:
   struct waiting {
     request req;
@@ -177,6 +201,11 @@ class scheduler {
     int64_t fed = 0;               // prompt tokens fed
     int64_t drawn = 0;             // ids drawn
     std::vector<int32_t> history;  // prompt, then the drawn ids (the last one not yet fed)
+    std::vector<int64_t> cuts;     // its prompt's checkpoint positions, ascending
+  };
+  struct cached_prefix {
+    int id = -1;  // the decoder's checkpoint
+    uint64_t last_used = 0;
   };
 
   int64_t pages_for(int64_t tokens) const;
@@ -187,6 +216,13 @@ class scheduler {
   static void notify_done(waiting& w, const finish_info& f);
   void loop();
   void publish();  // the step thread's view of pages and sequences into metrics_
+  std::vector<int64_t> checkpoint_positions(const std::vector<int32_t>& prompt) const;
+  // The index in prefixes_ of the longest checkpoint whose tokens are prompt[0, c) for a c in cuts; -1.
+  int find_prefix(const std::vector<int32_t>& prompt, const std::vector<int64_t>& cuts, int64_t min_len = 1) const;
+  // Drops the least recently used checkpoint but `keep` (a decoder id); false when there is none.
+  bool evict_prefix(int keep = -1);
+  // After a step: checkpoints `a` if it stands at one of its cuts.
+  void checkpoint(const active& a);
 
   gen::decoder* d_ = nullptr;
   scheduler_config cfg_;
@@ -200,6 +236,9 @@ class scheduler {
   std::mutex step_m_;           // serializes step_once; guards what follows
   std::vector<active> active_;  // in admission order
   std::vector<int> free_seqs_;
+  std::vector<cached_prefix> prefixes_;
+  uint64_t tick_ = 0;                // for least-recently-used order
+  scheduler_metrics prefix_counts_;  // the step thread's prefix_* counters, published to metrics_
   std::thread thread_;
 };
 

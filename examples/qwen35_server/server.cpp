@@ -5,7 +5,7 @@
 // small channel, so a slow client never holds up a step.
 //
 //   qwen35_server -m model.gguf [--host 127.0.0.1] [--port 8080] [-np 4] [-c 4096] [-b 512]
-//                 [--api-key KEY] [-ctk f16 -ctv f16] [--timeout 600] [--queue 64]
+//                 [--api-key KEY] [-ctk f16 -ctv f16] [--timeout 600] [--queue 64] [--prefix-cache 16]
 //
 // Endpoints: POST /v1/chat/completions, POST /v1/completions (both with stream: true as server-sent
 // events), GET /v1/models, GET /health, GET /metrics (Prometheus text). With --api-key every endpoint
@@ -60,6 +60,7 @@ struct options {
   int timeout_s = 600;
   size_t max_queue = 64;
   bool batch_invariant = true;
+  int prefix_cache = 16;  // prefix checkpoints kept (0: no prefix reuse)
 };
 
 const char* usage_text =
@@ -75,7 +76,10 @@ const char* usage_text =
     "  -ctk, -ctv TYPE        KV cache element type: f32, f16 (default), bf16\n"
     "  --timeout N            read/write timeout of a connection in seconds (default 600)\n"
     "  --queue N              requests waiting for a sequence at most; more get 503 (default 64)\n"
-    "  --no-batch-invariant   faster batches whose rows may differ in the last bits with their company\n";
+    "  --no-batch-invariant   faster batches whose rows may differ in the last bits with their company\n"
+    "  --prefix-cache N       prefix checkpoints kept for reuse across requests, each one recurrent state\n"
+    "                         in device memory (size printed at start) and the KV pages of its tokens\n"
+    "                         (default 16; 0: off)\n";
 
 [[noreturn]] void bad_usage(const std::string& m) { throw std::invalid_argument(m); }
 
@@ -126,6 +130,8 @@ options parse_args(int argc, char** argv) {
       o.timeout_s = int(parse_int(a, value(), 1, 86400));
     } else if (a == "--queue") {
       o.max_queue = size_t(parse_int(a, value(), 1, 1 << 20));
+    } else if (a == "--prefix-cache") {
+      o.prefix_cache = int(parse_int(a, value(), 0, 4096));
     } else if (a == "--no-batch-invariant") {
       o.batch_invariant = false;
     } else {
@@ -468,7 +474,13 @@ class server {
     metric("q35_active_sequences", "gauge", "Sequences being decoded.", m.active_sequences);
     metric("q35_kv_pages_used", "gauge", "KV cache pages in use.", m.kv_pages_used);
     metric("q35_kv_pages_total", "gauge", "KV cache pages of the pool.", pages_total_);
-    metric("q35_prefix_cache_hits_total", "counter", "Requests that reused a cached prefix (no prefix cache yet).", 0);
+    metric("q35_prefix_cache_hits_total", "counter", "Requests that started from a cached prefix.", m.prefix_hits);
+    metric("q35_prefix_cache_tokens_reused_total", "counter", "Prompt tokens not computed thanks to cached prefixes.",
+           m.prefix_tokens_reused);
+    metric("q35_prefix_cache_checkpoints_total", "counter", "Prefix checkpoints taken.", m.prefix_checkpoints);
+    metric("q35_prefix_cache_evictions_total", "counter", "Prefix checkpoints dropped for room.", m.prefix_evictions);
+    metric("q35_prefix_cache_entries", "gauge", "Prefix checkpoints held.", m.prefix_cached);
+    metric("q35_prefix_cache_pages", "gauge", "KV cache pages held by prefix checkpoints.", m.prefix_pages);
     return o.str();
   }
 
@@ -492,6 +504,12 @@ void check(const status& s, const std::string& what) {
 std::string base_name(const std::string& path) {
   const size_t slash = path.find_last_of('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string mib(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", double(bytes) / (1 << 20));
+  return buf;
 }
 
 int run(const options& opt) {
@@ -518,6 +536,7 @@ int run(const options& opt) {
   gen::decoder_config cfg;
   cfg.n_ctx = n_ctx, cfg.n_seq_max = opt.n_parallel, cfg.kv_type = to_kv_type(opt.cache_type_k);
   cfg.n_batch = std::min(opt.n_batch, n_ctx), cfg.batch_invariant = opt.batch_invariant;
+  cfg.n_prefix_slots = opt.prefix_cache;
   gen::decoder dec;
   check(dec.init(model, cfg), "setting up the decoder");
 
@@ -525,6 +544,7 @@ int run(const options& opt) {
   srv::scheduler_config sc;
   sc.max_queue = opt.max_queue, sc.n_batch = cfg.n_batch, sc.prompt_budget = cfg.n_batch;
   sc.n_vocab = int32_t(bound.hparams.n_vocab), sc.stop_ids = tok.eog_ids();
+  if (const std::optional<int32_t> im_start = tok.find("<|im_start|>")) sc.prefix_boundary_ids = {*im_start};
   check(sched.init(dec, sc), "setting up the scheduler");
   check(sched.run(), "starting the scheduler");
 
@@ -536,7 +556,8 @@ int run(const options& opt) {
       opt.port == 0 ? http.bind_to_any_port(opt.host) : (http.bind_to_port(opt.host, opt.port) ? opt.port : -1);
   if (port < 0) throw std::runtime_error("cannot listen on " + opt.host + ":" + std::to_string(opt.port));
   std::cout << "qwen35_server: " << matched << ", " << opt.n_parallel << " sequences, " << n_ctx
-            << " tokens of KV pool; listening on http://" << opt.host << ':' << port << std::endl;
+            << " tokens of KV pool, " << opt.prefix_cache << " prefix checkpoints of " << mib(dec.recurrent_bytes())
+            << " MiB; listening on http://" << opt.host << ':' << port << std::endl;
 
   std::thread waiter([&] {
     int sig = 0;

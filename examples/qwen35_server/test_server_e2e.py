@@ -6,7 +6,8 @@ Starts the server on a free loopback port, then checks: chat and text completion
 a time (batch invariance), a request with tools, the error cases (malformed JSON, wrong types, unknown
 fields, bad max_tokens, empty messages, invalid UTF-8, a 100 MB body, a wrong API key, an unknown route,
 a prompt longer than the context), a client that disconnects mid-stream (its request is cancelled and
-its pages come back), and at the end /health is 200 and /metrics shows no page in use.
+its pages come back), a shared system prompt reused across requests, and at the end /health is 200 and
+/metrics shows no page in use but the prefix checkpoints'.
 
 usage: test_server_e2e.py SERVER_BINARY MODEL.gguf
 """
@@ -188,12 +189,29 @@ def main():
         check(m["q35_generated_tokens_total"] - before["q35_generated_tokens_total"] < 400,
               "the disconnected request stopped early")
 
-        # still healthy, nothing leaked
+        # prefix reuse: a second question after the same long system prompt starts from its checkpoint,
+        # and asking it again (from its own checkpoint) gives the same text
+        before = metrics(port)
+        system = {"role": "system", "content": "You answer questions about the weather in short sentences. " * 4}
+        answers = []
+        for question in ("Is it raining?", "Is it windy today?", "Is it windy today?"):
+            r = client.chat.completions.create(model=mid, messages=[system, {"role": "user", "content": question}],
+                                               max_tokens=5, temperature=0)
+            answers.append(chat_text(r.choices[0].message))
+        m = metrics(port)
+        hits = m["q35_prefix_cache_hits_total"] - before["q35_prefix_cache_hits_total"]
+        reused = m["q35_prefix_cache_tokens_reused_total"] - before["q35_prefix_cache_tokens_reused_total"]
+        print(f"prefix reuse: {hits:.0f} hits, {reused:.0f} prompt tokens not computed", flush=True)
+        check(hits == 2 and reused >= 2 * 48, f"the later questions reused the system prompt: {hits} hits, {reused} tokens")
+        check(answers[1] == answers[2], f"the same answer from a reused prefix: {answers}")
+
+        # still healthy, nothing leaked: the only pages in use are the prefix checkpoints'
         s, _, _ = raw(port, "GET", "/health", key=None)
         check(s == 200, "/health after everything")
         m = metrics(port)
-        check(m["q35_kv_pages_used"] == 0 and m["q35_active_sequences"] == 0 and m["q35_queue_length"] == 0,
-              f"no pages, sequences or queue left: {m}")
+        check(m["q35_kv_pages_used"] == m["q35_prefix_cache_pages"] and m["q35_active_sequences"] == 0
+              and m["q35_queue_length"] == 0, f"no pages, sequences or queue left: {m}")
+        check(m["q35_prefix_cache_entries"] > 0, "prefix checkpoints are held")
         check(m["q35_kv_pages_total"] == 2048 / 16, "the pool's pages")
     finally:
         proc.terminate()
