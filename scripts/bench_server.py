@@ -9,6 +9,9 @@ gaps between streamed chunks after the first).
   A  short questions: --requests-a (default 1000) chat requests, --concurrency-a (default 64) in flight
   B  ~1024-token documents to summarize, 8 in flight (--requests-b, default 32)
   C  ~4096-token contexts, 4 in flight (--requests-c, default 16)
+  P  prefix reuse (not in the default set): a ~2048-token system prompt new to the server, asked once
+     (cold), then --requests-p (default 8) other questions after the same system prompt one at a time
+     (warm); reports both TTFTs and warm/cold (issue 21's goal: <= 10 %)
 
 Document lengths are aimed at with filler text and reported as the server counted them (usage).
 --scale shrinks every length and count (e.g. 0.02 for a smoke run on the sim's tiny models).
@@ -108,6 +111,7 @@ async def main():
     ap.add_argument("--concurrency-a", type=int, default=64)
     ap.add_argument("--requests-b", type=int, default=32)
     ap.add_argument("--requests-c", type=int, default=16)
+    ap.add_argument("--requests-p", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies lengths and counts (smoke runs)")
     ap.add_argument("--json", default=None, help="write the reports here")
@@ -131,18 +135,35 @@ async def main():
         "C": ("C: 4096-token contexts", sc(a.requests_c), 4,
               lambda i: [{"role": "user", "content": "Answer from this context:\n" + filler(doc[4096], i)}]),
     }
+    # P: a system prompt no earlier run has sent (a random session number first), so the first is cold
+    nonce = random.randrange(1 << 30)
+    system = {"role": "system", "content": f"Session {nonce}. Use this reference:\n" + filler(sc(1536), nonce)}
+
+    def ask_after_system(i):
+        return [system, {"role": "user", "content": f"Question {i}: what is a {WORDS[i % len(WORDS)]}?"}]
+
     reports = []
     for key in a.scenarios:
-        if key not in plans:
-            sys.exit(f"unknown scenario '{key}' (A, B, C)")
-        name, n, conc, make = plans[key]
-        r = await scenario(client, model, name, n, conc, make, max_tokens)
-        reports.append(r)
-        print(f"{r['scenario']:<26} {r['requests']:>5} req x{r['concurrency']:<3} {r['errors']} err  "
-              f"{r['requests_per_s']:8.2f} req/s {r['output_tokens_per_s']:9.1f} tok/s  "
-              f"TTFT p50 {r['ttft_p50_ms']:8.1f} p95 {r['ttft_p95_ms']:8.1f} ms  "
-              f"ITL p50 {r['itl_p50_ms']:7.1f} p95 {r['itl_p95_ms']:7.1f} ms  "
-              f"(prompt ~{r['prompt_tokens_mean']:.0f} tok)", flush=True)
+        if key not in plans and key != "P":
+            sys.exit(f"unknown scenario '{key}' (A, B, C, P)")
+        if key == "P":
+            cold = await scenario(client, model, "P: 2k system prompt, cold", 1, 1, ask_after_system, max_tokens)
+            warm = await scenario(client, model, "P: same prompt, reused", sc(a.requests_p), 1,
+                                  lambda i: ask_after_system(i + 1), max_tokens)
+            warm["ttft_warm_over_cold"] = warm["ttft_p50_ms"] / cold["ttft_p50_ms"]
+            new = [cold, warm]
+        else:
+            name, n, conc, make = plans[key]
+            new = [await scenario(client, model, name, n, conc, make, max_tokens)]
+        reports += new
+        for r in new:
+            print(f"{r['scenario']:<26} {r['requests']:>5} req x{r['concurrency']:<3} {r['errors']} err  "
+                  f"{r['requests_per_s']:8.2f} req/s {r['output_tokens_per_s']:9.1f} tok/s  "
+                  f"TTFT p50 {r['ttft_p50_ms']:8.1f} p95 {r['ttft_p95_ms']:8.1f} ms  "
+                  f"ITL p50 {r['itl_p50_ms']:7.1f} p95 {r['itl_p95_ms']:7.1f} ms  "
+                  f"(prompt ~{r['prompt_tokens_mean']:.0f} tok)", flush=True)
+            if "ttft_warm_over_cold" in r:
+                print(f"{'':<26} TTFT reused / cold: {100 * r['ttft_warm_over_cold']:.1f} %", flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"base_url": a.base_url, "model": model, "reports": reports}, f, indent=1)
