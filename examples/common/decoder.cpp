@@ -110,6 +110,13 @@ status decoder::init(const device_model& m, const decoder_config& cfg) {
     attn_index_.push_back(attn ? n_attn++ : -1);
     gdn_index_.push_back(attn ? -1 : n_gdn++);
   }
+  moe_layers_.clear();
+  moe_index_.clear();
+  for (size_t il = 0; il < m.layers().size(); ++il) {
+    const bool moe = m.layers()[il].ffn_kind == models::ffn_type::moe;
+    moe_index_.push_back(moe ? int(moe_layers_.size()) : -1);
+    if (moe) moe_layers_.push_back(int(il));
+  }
 
   // Rows of one layer call at most: a prompt chunk, or a decode group. A decode group's attention splits
   // cover a fixed number of keys (so a row's splits do not depend on its group): as few as the split
@@ -177,6 +184,12 @@ status decoder::init(const device_model& m, const decoder_config& cfg) {
   Q35_TRY(rng_counters_.allocate(size_t(S)));
   Q35_TRY(sample_ws_.allocate(align_256(launch::sample_workspace_bytes(1, int(h.n_vocab)))));
   Q35_TRY(fill_bytes(result_.data(), 0, result_.bytes(), stream()));  // ids and the error flag
+  expert_load_.reset();
+  if (cfg.expert_stats && !moe_layers_.empty()) {
+    expert_load_ = std::make_unique<launch::expert_load>();
+    Q35_TRY(expert_load_->allocate(int(moe_layers_.size()), int(h.n_experts)));  // zeroed on the default stream
+    Q35_TRY(synchronize(nullptr));  // before the first router launch on stream()
+  }
   seqs_.assign(size_t(S), sequence{});
   prefixes_.assign(size_t(cfg.n_prefix_slots), prefix{});
   for (int i = 0; i < S; ++i) Q35_TRY(clear(i));
@@ -510,6 +523,7 @@ status decoder::forward(int64_t n_rows) {
       f.x = ag, f.h = hg, f.n_tokens = n, f.maybe_x16 = a16, f.row_invariant = cfg_.batch_invariant;
       f.workspace = workspace_.data(), f.workspace_bytes = workspace_.bytes();
       f.error_flag = error_flag;
+      if (expert_load_ && moe_index_[il] >= 0) f.maybe_expert_counts = expert_load_->counts(moe_index_[il]);
       if (l.ffn_kind == models::ffn_type::dense) {
         Q35_TRY(launch::dense_ffn(f, l.ffn, s));
         mark(call::dense_ffn);
@@ -598,6 +612,17 @@ status decoder::eval(std::span<const int32_t> tokens, std::vector<float>* host_l
     const seq_input in{0, tokens.subspan(i, std::min(tokens.size() - i, size_t(cfg_.n_batch)))};
     Q35_TRY(step({&in, 1}, host_logits));
   }
+  return status::success();
+}
+
+status decoder::expert_counts(std::vector<std::vector<uint64_t>>& out) const {
+  if (!expert_load_)
+    return error(status_code::invalid_argument, m_ && moe_layers_.empty()
+                                                    ? "decoder::expert_counts: the model has no MoE layers"
+                                                    : "decoder::expert_counts: expert statistics are off "
+                                                      "(decoder_config::expert_stats)");
+  out.assign(moe_layers_.size(), {});
+  for (size_t j = 0; j < moe_layers_.size(); ++j) Q35_TRY(expert_load_->read(int(j), out[j], stream()));
   return status::success();
 }
 

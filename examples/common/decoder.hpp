@@ -40,6 +40,7 @@
 #include "q35/kv/kv_pool.hpp"
 #include "q35/kv/page_table.hpp"
 #include "q35/kv/recurrent_state.hpp"
+#include "q35/launch/expert_load.hpp"
 #include "q35/launch/sample.hpp"
 
 namespace q35::gen {
@@ -55,6 +56,9 @@ struct decoder_config {
   // Prefix checkpoints kept at once (see save_prefix): each holds one recurrent-state slot
   // (recurrent_bytes()) of device memory, and shares the KV pages of its tokens with the pool.
   int n_prefix_slots = 0;
+  // Count, per MoE layer, how many tokens the router sends to each expert (expert_counts()): one
+  // histogram of n_experts 64-bit counters per MoE layer that the router adds to with atomics.
+  bool expert_stats = false;
 };
 
 // What a prompt cache holds: the tokens fed so far and the device state after them.
@@ -145,6 +149,12 @@ class decoder {
   status load(const decoder_state& in) { return load(0, in); }
   int64_t n_ctx() const { return cfg_.n_ctx; }
 
+  // The file's MoE layers (layer indices, ascending), and with cfg.expert_stats the tokens routed to each
+  // expert since init(): out[j][e] for layer moe_layers()[j], summed over every step of every sequence
+  // (a token counts once for each of the k experts it is routed to). Waits for stream().
+  const std::vector<int>& moe_layers() const { return moe_layers_; }
+  status expert_counts(std::vector<std::vector<uint64_t>>& out) const;
+
   uint64_t kv_bytes() const { return kv_bytes_; }
   uint64_t recurrent_bytes() const { return recurrent_bytes_; }  // of one sequence
   uint64_t workspace_bytes() const { return workspace_.bytes(); }
@@ -202,6 +212,8 @@ class decoder {
   std::vector<sequence> seqs_;
   std::vector<prefix> prefixes_;             // [n_prefix_slots]; checkpoint i keeps its state in slot n_seq_max + i
   std::vector<int> attn_index_, gdn_index_;  // per layer: its index among its kind
+  std::vector<int> moe_layers_, moe_index_;  // the MoE layers; per layer: its index among them (-1: dense)
+  std::unique_ptr<launch::expert_load> expert_load_;  // [moe_layers_.size()][n_experts] with cfg.expert_stats
   kv::kv_pool kv_;
   kv::page_allocator pages_;
   kv::recurrent_state_pool rs_;

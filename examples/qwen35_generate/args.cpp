@@ -8,6 +8,7 @@
 #include <functional>
 #include <sstream>
 #include <string_view>
+#include <utility>
 
 namespace q35::cli {
 
@@ -158,6 +159,8 @@ const std::vector<flag>& flags() {
       {{"--dump-logits"}, "FILE", [](options& o, auto&, const std::string& v) { o.dump_logits_path = v; }},
       {{"--print-token-ids"}, nullptr, [](options& o, auto&, auto&) { o.print_token_ids = true; }},
       {{"--prompt-cache"}, "FILE", [](options& o, auto&, const std::string& v) { o.prompt_cache_path = v; }},
+      {{"--expert-stats"}, "FILE", [](options& o, auto&, const std::string& v) { o.expert_stats_path = v; }},
+      {{"--expert-heatmap"}, "FILE", [](options& o, auto&, const std::string& v) { o.expert_heatmap_path = v; }},
       {{"--bench"}, nullptr, [](options& o, const std::string& n, auto&) { set_command(o, command::bench, n); }},
       {{"--bench-model"}, "NAME", [](options& o, auto&, const std::string& v) { o.bench_models.push_back(v); }},
       {{"--bench-json"}, "FILE", [](options& o, auto&, const std::string& v) { o.bench_json_path = v; }},
@@ -202,6 +205,13 @@ options parse_args(const std::vector<std::string>& args) {
   if (o.cmd != command::generate && o.prompt) throw usage_error("-p/-f cannot be combined with another command");
   if (o.system_prompt && !o.conversation) throw usage_error("-sys is used by the chat template: add -cnv");
   if (o.no_think && !o.conversation) throw usage_error("--no-think is used by the chat template: add -cnv");
+  for (const auto& [name, path] :
+       {std::pair{"--expert-stats", &o.expert_stats_path}, std::pair{"--expert-heatmap", &o.expert_heatmap_path}}) {
+    if (!*path) continue;
+    if (path->value().empty()) throw usage_error(std::string(name) + ": empty path");
+    if (o.cmd != command::generate)
+      throw usage_error(std::string(name) + " traces a generation session (-p, -f, -cnv)");
+  }
   return o;
 }
 
@@ -259,6 +269,9 @@ std::string usage(const std::string& program) {
          "  --print-token-ids      print the prompt's and the generated token ids on stderr\n"
          "  --prompt-cache FILE    resume from the state saved after an earlier prompt that this one extends,\n"
          "                         and save the state after this prompt\n"
+         "  --expert-stats FILE    MoE models: at the end of the session, write per MoE layer the tokens routed\n"
+         "                         to each expert (every prompt and generated token, every turn) as JSON\n"
+         "  --expert-heatmap FILE  MoE models: the same counts as an SVG heat map (layers x experts)\n"
          "\n"
          "commands:\n"
          "  --info                 architecture, matched model, hyper-parameters, tensors by type, memory\n"

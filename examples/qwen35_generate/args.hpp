@@ -47,6 +47,9 @@ struct options {
   bool print_token_ids = false;                     // --print-token-ids
   std::string prompt_cache_path;                    // --prompt-cache FILE
   int64_t n_batch = 512;                            // -b: prompt tokens per batch
+  // expert-selection traces of the session (MoE models): written at its end
+  std::optional<std::string> expert_stats_path;    // --expert-stats FILE.json
+  std::optional<std::string> expert_heatmap_path;  // --expert-heatmap FILE.svg
   // --bench (-m optional: without it, synthetic full-size models)
   std::vector<std::string> bench_models;  // --bench-model NAME, repeatable
   std::string bench_json_path;            // --bench-json FILE (default bench_<gpu>.json)

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -12,6 +13,7 @@
 #include "commands.hpp"
 #include "decoder.hpp"
 #include "device_model.hpp"
+#include "expert_report.hpp"
 #include "model_loader.hpp"
 #include "prompt_cache.hpp"
 #include "q35/io/chat_template.hpp"
@@ -87,6 +89,7 @@ class session {
     std::vector<float> rows;
     if (!ids.empty()) {
       check(dec_.eval(ids, dump_.is_open() ? &rows : nullptr), "evaluating the prompt");
+      fed_ += int64_t(ids.size());
       write_rows(rows);
       std::vector<float> probe;
       check(dec_.last_logits(probe), "evaluating the prompt");  // waits for the prompt (timing)
@@ -111,6 +114,7 @@ class session {
       std::cout << out_.push(id) << std::flush;
       rows.clear();
       check(dec_.eval({&id, 1}, dump_.is_open() ? &rows : nullptr), "decoding");
+      ++fed_;
       write_rows(rows);
     }
     std::cout << out_.flush() << std::flush;
@@ -121,6 +125,7 @@ class session {
   }
 
   const launch::sampling_params& params() const { return params_; }
+  int64_t tokens_fed() const { return fed_; }  // prompt and generated tokens evaluated by the decoder
 
  private:
   void write_rows(const std::vector<float>& rows) {
@@ -141,7 +146,32 @@ class session {
   io::stream_decoder out_;
   launch::sampling_params params_;
   std::ofstream dump_;
+  int64_t fed_ = 0;
 };
+
+// --expert-stats / --expert-heatmap: the flags given, with their paths.
+std::vector<std::pair<std::string, std::string>> expert_outputs(const options& opt) {
+  std::vector<std::pair<std::string, std::string>> o;
+  if (opt.expert_stats_path) o.emplace_back("--expert-stats", *opt.expert_stats_path);
+  if (opt.expert_heatmap_path) o.emplace_back("--expert-heatmap", *opt.expert_heatmap_path);
+  return o;
+}
+
+// The session's expert selections to the files of --expert-stats and --expert-heatmap.
+void write_expert_report(const options& opt, const io::gguf_file& file, const io::model_hparams& h,
+                         const gen::decoder& dec, int64_t tokens) {
+  expert_report r;
+  r.model = file.has("general.name") ? file.get_string("general.name")
+                                     : std::filesystem::path(opt.model_path).filename().string();
+  r.arch = h.arch;
+  r.n_experts = int(h.n_experts);
+  r.n_experts_used = int(h.n_experts_used);
+  r.tokens = tokens;
+  r.layers = dec.moe_layers();
+  check(dec.expert_counts(r.counts), "reading the expert statistics");
+  if (opt.expert_stats_path) write_output("--expert-stats", *opt.expert_stats_path, expert_report_json(r));
+  if (opt.expert_heatmap_path) write_output("--expert-heatmap", *opt.expert_heatmap_path, expert_heatmap_svg(r));
+}
 
 void print_timings(const timings& t, const gen::device_model& m, const gen::decoder& d) {
   std::fprintf(stderr, "\n%s: load time    = %10.2f ms\n", "q35", t.load_s * 1e3);
@@ -173,6 +203,13 @@ int run_generate(const options& opt, std::ostream&) {
                              std::to_string(model_ctx) + " (" + bound.hparams.arch + ".context_length)");
   if (opt.cache_type_k != opt.cache_type_v)
     throw std::runtime_error("-ctk and -ctv must name the same type (the KV pool holds one element type)");
+  const auto expert_files = expert_outputs(opt);
+  for (const auto& [flag, path] : expert_files) {
+    const std::string bad = check_output_path(flag, path);
+    if (!bad.empty()) throw std::runtime_error(bad);
+    if (bound.hparams.count(models::ffn_type::moe) == 0)
+      throw std::runtime_error(flag + ": " + opt.model_path + " has no MoE layers (no expert selections to trace)");
+  }
 
   gen::device_model model;
   progress_bar bar;
@@ -182,6 +219,7 @@ int run_generate(const options& opt, std::ostream&) {
   cfg.kv_type = to_kv_type(opt.cache_type_k);
   cfg.n_batch = opt.n_batch;
   cfg.keep_all_logits = !opt.dump_logits_path.empty();
+  cfg.expert_stats = !expert_files.empty();
   gen::decoder dec;
   check(dec.init(model, cfg), "setting up the decoder");
   t.load_s = seconds_since(t_load);
@@ -234,6 +272,7 @@ int run_generate(const options& opt, std::ostream&) {
       std::cout << "\n" << std::flush;
     }
   }
+  if (!expert_files.empty()) write_expert_report(opt, file, bound.hparams, dec, s.tokens_fed());
   print_timings(t, model, dec);
   return 0;
 }

@@ -1,0 +1,35 @@
+// Expert-selection traces of a session (--expert-stats FILE.json, --expert-heatmap FILE.svg): the
+// per-MoE-layer histograms of routed tokens as JSON, and as an SVG heat map (host code only).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace q35::cli {
+
+struct expert_report {
+  std::string model;  // general.name, else the file's name
+  std::string arch;   // general.architecture
+  int n_experts = 0;
+  int n_experts_used = 0;                     // k: experts per token
+  int64_t tokens = 0;                         // tokens fed to the decoder (prompts + generated)
+  std::vector<int> layers;                    // the MoE layers' indices in the file
+  std::vector<std::vector<uint64_t>> counts;  // [layers.size()][n_experts]: tokens routed to each expert
+};
+
+// The report as JSON (docs/moe.md, "Traces and a heat map", has the schema).
+std::string expert_report_json(const expert_report& r);
+
+// The report as an SVG heat map: rows = MoE layers, columns = experts, colour = the expert's share of
+// its layer's routed tokens; a colour bar, a title, and each layer's cache hit rate at the right.
+std::string expert_heatmap_svg(const expert_report& r);
+
+// An output path for `flag`: "" when `path` names a file that can be created in an existing, writable
+// directory, else a one-line message naming the flag and the path.
+std::string check_output_path(const std::string& flag, const std::string& path);
+
+// Writes `text` to `path`; throws std::runtime_error naming the flag and the path on failure.
+void write_output(const std::string& flag, const std::string& path, const std::string& text);
+
+}  // namespace q35::cli
