@@ -112,9 +112,7 @@ struct gemm_i8_kernel {
     const int slice = sr / 16, mat = n_mats == 2 ? slice % 2 : 0;
     const int64_t wrow = n_mats == 2 ? row0 + (slice / 2) * 16 + sr % 16 : row0 + sr;
     const uint8_t* wbase =
-        wrow < p.rows
-            ? (mat == 0 ? p.w + tile.w_offset_bytes : p.maybe_w_up + tile.up_offset_bytes) + wrow * p.row_bytes
-            : nullptr;
+        wrow < p.rows ? (mat == 0 ? p.w : p.maybe_w_up) + tile.w_offset_bytes + wrow * p.row_bytes : nullptr;
     typename stage::raw raw;
     auto load_w = [&](int step) {
       const int64_t e0 = int64_t(step) * bk + 64 * half;

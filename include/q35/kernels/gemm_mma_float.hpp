@@ -143,9 +143,8 @@ struct gemm_mma_float_kernel {
 
   // Matrix m of the tile's expert (dense: w or maybe_w_up itself).
   static Q35_DEVICE const block* mat(const params& p, const gemm_tile& tile, int m) {
-    return reinterpret_cast<const block*>(m == 0
-                                              ? reinterpret_cast<const uint8_t*>(p.w) + tile.w_offset_bytes
-                                              : reinterpret_cast<const uint8_t*>(p.maybe_w_up) + tile.up_offset_bytes);
+    return reinterpret_cast<const block*>(reinterpret_cast<const uint8_t*>(m == 0 ? p.w : p.maybe_w_up) +
+                                          tile.w_offset_bytes);
   }
 
   // This thread's staging sources at K step 0 (null outside the matrix): x of tile token t / 4 and

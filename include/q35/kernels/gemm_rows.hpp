@@ -26,21 +26,16 @@ struct gemm_groups {
   const int32_t* offsets = nullptr;       // [n_experts + 1]
   const int32_t* tile_starts = nullptr;   // [n_experts + 1], tiles of moe_group_tile pairs
   int64_t expert_stride_bytes = 0;        // expert e's matrices start e * this after expert 0's
-  // Or, when set (an expert cache): expert e's first matrix (w) at w + maybe_w_offsets[e], its second
-  // (maybe_w_up) at maybe_w_up + maybe_up_offsets[e] ([n_experts] each, device memory).
-  const int64_t* maybe_w_offsets = nullptr;
-  const int64_t* maybe_up_offsets = nullptr;
-  int k = 1;  // pairs per token (moe_gate_up: token = pair / k)
+  int k = 1;                              // pairs per token (moe_gate_up: token = pair / k)
   int n_experts = 0;
   int32_t max_tiles = 0;  // the grid's tile count: an upper bound of tile_starts[n_experts]
 };
 
 // One block's tile of tokens (or sorted pairs).
 struct gemm_tile {
-  int64_t first = 0;            // first token, or first sorted index of the expert's tile
-  int n = 0;                    // tokens in the tile (0: the block has nothing to do)
-  int64_t w_offset_bytes = 0;   // where the tile's weights start after the matrices' base
-  int64_t up_offset_bytes = 0;  // the same for the second matrix (maybe_w_up)
+  int64_t first = 0;           // first token, or first sorted index of the expert's tile
+  int n = 0;                   // tokens in the tile (0: the block has nothing to do)
+  int64_t w_offset_bytes = 0;  // where the tile's weights start after the matrices' base
 };
 
 template <gemm_rows Rows>
@@ -70,12 +65,7 @@ Q35_DEVICE gemm_tile resolve_gemm_tile(const gemm_groups& g, int64_t n_tokens, i
     r.first = g.offsets[lo] + (tile - g.tile_starts[lo]) * TileTokens;
     const int64_t left = g.offsets[lo + 1] - r.first;
     r.n = int(left < TileTokens ? left : TileTokens);
-    if (g.maybe_w_offsets) {
-      r.w_offset_bytes = g.maybe_w_offsets[lo];
-      r.up_offset_bytes = g.maybe_up_offsets ? g.maybe_up_offsets[lo] : 0;
-    } else {
-      r.w_offset_bytes = r.up_offset_bytes = int64_t(lo) * g.expert_stride_bytes;
-    }
+    r.w_offset_bytes = int64_t(lo) * g.expert_stride_bytes;
   }
   return r;
 }

@@ -36,15 +36,11 @@ struct moe_gate_up_kernel {
   static constexpr int max_block_rows = threads;  // one lane per row at most
 
   struct params {
-    const float* x;               // [n_tokens][n_embd], 16-byte aligned (float path)
-    quant::act16_view x16;        // the same rows quantized (integer path)
-    const uint8_t* gate;          // expert e's gate rows [expert_ff][n_embd] start at gate + e * expert_stride_bytes
-    int64_t up_offset_bytes;      // expert e's up rows start up_offset_bytes after its gate rows
-    int64_t expert_stride_bytes;  // bytes from one expert to the next (gate and up alike)
-    // Or, when set (an expert cache): expert e's gate rows at gate + maybe_gate_offsets[e], its up rows
-    // at gate + up_offset_bytes + maybe_up_offsets[e] ([n_experts] each, device-resident).
-    const int64_t* maybe_gate_offsets;
-    const int64_t* maybe_up_offsets;
+    const float* x;                // [n_tokens][n_embd], 16-byte aligned (float path)
+    quant::act16_view x16;         // the same rows quantized (integer path)
+    const uint8_t* gate;           // expert e's gate rows [expert_ff][n_embd] start at gate + e * expert_stride_bytes
+    int64_t up_offset_bytes;       // expert e's up rows start up_offset_bytes after its gate rows
+    int64_t expert_stride_bytes;   // bytes from one expert to the next (gate and up alike)
     const int32_t* ids;            // [n_pairs] = [n_tokens][k], device-resident
     float* act;                    // [n_pairs][expert_ff]
     const uint8_t* maybe_sh_gate;  // [shared_ff][n_embd] shared-expert gate rows, or null (no shared jobs)
@@ -98,13 +94,8 @@ struct moe_gate_up_kernel {
           if (row0 + r < n_rows) out[row0 + r] = NAN;
         return;  // the whole block: no barrier follows
       }
-      if (p.maybe_gate_offsets) {
-        base = p.gate + p.maybe_gate_offsets[e];
-        up_offset = p.up_offset_bytes + p.maybe_up_offsets[e] - p.maybe_gate_offsets[e];
-      } else {
-        base = p.gate + int64_t(e) * p.expert_stride_bytes;
-        up_offset = p.up_offset_bytes;
-      }
+      base = p.gate + int64_t(e) * p.expert_stride_bytes;
+      up_offset = p.up_offset_bytes;
       x_row = job / p.k, out_row = job;
       maybe_q = p.maybe_act_q, maybe_groups = p.maybe_act_groups;
     } else {
@@ -179,7 +170,6 @@ struct moe_down_kernel {
     quant::act16_view act16;  // the same quantized (integer path)
     const uint8_t* down;      // expert e's rows [n_embd][expert_ff] start at down + e * expert_stride_bytes
     int64_t expert_stride_bytes;
-    const int64_t* maybe_offsets;  // or, when set (an expert cache), at down + maybe_offsets[e]: [n_experts]
     const int32_t* ids;            // [n_tokens][k]
     const float* weights;          // [n_tokens][k] routing weights
     const float* maybe_sh_act;     // [n_tokens][shared_ff] with maybe_sh_down (float path)
@@ -238,10 +228,7 @@ struct moe_down_kernel {
     if (j >= p.k) return p.maybe_sh_down;
     const int32_t e = p.ids[t * p.k + j];
     valid = e >= 0 && e < p.n_experts;
-    return p.down + (valid ? expert_offset(p, e) : 0);
-  }
-  static Q35_DEVICE int64_t expert_offset(const params& p, int32_t e) {
-    return p.maybe_offsets ? p.maybe_offsets[e] : int64_t(e) * p.expert_stride_bytes;
+    return p.down + (valid ? int64_t(e) : 0) * p.expert_stride_bytes;
   }
 
   // s.dot[j][row - r0] for the block's R rows: warp w takes jobs w, w + n_warps, ... (the job
@@ -259,7 +246,7 @@ struct moe_down_kernel {
         const int64_t pair = t * p.k + j;
         const int32_t e = p.ids[pair];
         valid = e >= 0 && e < p.n_experts;
-        base = p.down + (valid ? expert_offset(p, e) : 0);
+        base = p.down + (valid ? int64_t(e) : 0) * p.expert_stride_bytes;
         in_row = pair, cols = p.expert_ff;
       } else {
         base = p.maybe_sh_down;

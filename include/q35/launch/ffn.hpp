@@ -25,15 +25,6 @@ struct moe_weights {
   quant::weight_view shexp_gate_inp;        // [1][n_embd] (ffn_gate_inp_shexp); empty when no shared expert
   quant::weight_view shexp_gate, shexp_up;  // [shared_ff_dim][n_embd]; empty when no shared expert
   quant::weight_view shexp_down;            // [n_embd][shared_ff_dim]; empty when no shared expert
-  // Expert residency (optional; an expert cache): device arrays [n_experts] of byte offsets from
-  // gate_exps.data, up_exps.data and down_exps.data to expert e's matrices. Without them expert e is at
-  // e * stride, where the file put it; with them anywhere the kernels can read (a device slot, or mapped
-  // host memory read over the bus), each matrix laid out as in the file. The kernels read the offsets at
-  // every launch, so a table rewritten between launches needs no new graph. All three or none; every
-  // offset must keep the 16-byte alignment of the matrices (a cache's slots are 256-byte aligned).
-  const int64_t* maybe_gate_offsets = nullptr;
-  const int64_t* maybe_up_offsets = nullptr;
-  const int64_t* maybe_down_offsets = nullptr;
 };
 
 struct ffn_shape {

@@ -222,11 +222,6 @@ inline status validate_moe(const ffn_layer_args& a, const moe_weights& w) {
     return detail::bad_ffn(fn, "up_exps differs from gate_exps in type or expert stride");
   Q35_TRY(detail::check_cols(fn, "gate_exps", w.gate_exps));
   Q35_TRY(detail::check_cols(fn, "down_exps", w.down_exps));
-  const int n_tables =
-      (w.maybe_gate_offsets != nullptr) + (w.maybe_up_offsets != nullptr) + (w.maybe_down_offsets != nullptr);
-  if (n_tables != 0 && n_tables != 3)
-    return detail::bad_ffn(
-        fn, "expert offset tables: " + str(n_tables) + " of gate, up and down are given; give all three or none");
   const bool shared = s.shared_ff_dim > 0;
   if (shared) {
     Q35_TRY(detail::check_view(fn, "shexp_gate_inp", w.shexp_gate_inp, 1, s.n_embd));
@@ -348,7 +343,6 @@ inline status moe_grouped(const ffn_layer_args& a, const moe_weights& w, const m
   groups.max_tiles = int32_t(ceil_div<int64_t>(n_pairs, kernels::moe_group_tile) + s.n_experts);
   // act[i] = silu(W_gate[e] x[pair_i / k]) * (W_up[e] x[pair_i / k]) in sorted order
   groups.expert_stride_bytes = w.gate_exps.stride_bytes();
-  groups.maybe_w_offsets = w.maybe_gate_offsets, groups.maybe_up_offsets = w.maybe_up_offsets;
   Q35_TRY(moe_grouped_projection<kernels::gemm_rows::moe_gate_up>("gate_exps", w.gate_exps, w.up_exps, a.x, x8, act,
                                                                   a.n_tokens, groups, stream));
   // y[pair_i] = W_down[e] act[i]
@@ -356,7 +350,6 @@ inline status moe_grouped(const ffn_layer_args& a, const moe_weights& w, const m
   if (moe_grouped_gemm_i8_path(w.down_exps))
     Q35_TRY(quantize_act8x2(act, n_pairs, s.expert_ff_dim, ws + l.act8, l.mm - l.act8, act8, stream));
   groups.expert_stride_bytes = w.down_exps.stride_bytes();
-  groups.maybe_w_offsets = w.maybe_down_offsets, groups.maybe_up_offsets = nullptr;
   Q35_TRY(moe_grouped_projection<kernels::gemm_rows::moe_down>("down_exps", w.down_exps, {}, act, act8, y, n_pairs,
                                                                groups, stream));
   // h += sum_j w_j y_j + gate * sh_y
@@ -510,7 +503,6 @@ status run_moe_gate_up(const ffn_layer_args& a, const moe_weights& w, const moe_
   p.gate = static_cast<const uint8_t*>(w.gate_exps.data);
   p.up_offset_bytes = static_cast<const uint8_t*>(w.up_exps.data) - p.gate;
   p.expert_stride_bytes = w.gate_exps.stride_bytes();
-  p.maybe_gate_offsets = w.maybe_gate_offsets, p.maybe_up_offsets = w.maybe_up_offsets;
   p.ids = b.ids, p.act = b.act;
   if (moe_fused_gate_up(w, s)) {
     p.maybe_sh_gate = static_cast<const uint8_t*>(w.shexp_gate.data);
@@ -576,7 +568,6 @@ status run_moe_down(const ffn_layer_args& a, const moe_weights& w, const moe_buf
   if (Act16) p.act16 = act16_layout(b.ws + b.l.act16, s.expert_ff_dim, a.n_tokens * s.n_experts_used);
   p.down = static_cast<const uint8_t*>(w.down_exps.data);
   p.expert_stride_bytes = w.down_exps.stride_bytes();
-  p.maybe_offsets = w.maybe_down_offsets;
   p.ids = b.ids, p.weights = b.weights;
   if (moe_fused_down(w, s)) {
     p.maybe_sh_act = b.sh_act;
