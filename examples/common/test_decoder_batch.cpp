@@ -213,8 +213,7 @@ void check_model(const std::string& gguf, int n_requests, int slots) {
 
 TEST_CASE("decoder batch: requests decoded together equal each decoded alone, bit for bit") {
   // 8 sequences at once: one decode group, the GEMV's 1-, 4- and 8-token instances
-  for (const char* gguf : {"tiny_dense_q4km.gguf", "tiny_moe_q4km.gguf", "tiny_interleaved_q4km.gguf"})
-    check_model(gguf, 10, 8);
+  for (const char* gguf : test::q4km_fixtures) check_model(gguf, 10, 8);
 }
 
 TEST_CASE("decoder batch: past 8 decoding sequences, batch_invariant keeps every row the same") {

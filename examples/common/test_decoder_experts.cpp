@@ -25,8 +25,6 @@ namespace {
 using namespace q35;
 using counts_t = std::vector<std::vector<uint64_t>>;
 
-const char* const moe_fixtures[] = {"tiny_moe_q4km.gguf", "tiny_interleaved_q4km.gguf"};
-
 gen::decoder_config stats_config(int64_t n_batch) {
   gen::decoder_config c;
   c.n_ctx = 128, c.n_batch = n_batch, c.expert_stats = true;
@@ -62,7 +60,7 @@ std::vector<int32_t> session_tokens(int64_t n_vocab) {
 
 TEST_CASE("decoder: expert statistics, moe_ffn's histogram against its ids and a host routing, both paths" *
           test::needs_device()) {
-  for (const char* name : moe_fixtures) {
+  for (const char* name : test::q4km_moe_fixtures) {
     CAPTURE(name);
     const auto l = test::load_model(name);
     const io::model_hparams& h = l->model.hparams();
@@ -142,7 +140,7 @@ TEST_CASE("decoder: expert statistics, moe_ffn's histogram against its ids and a
 }
 
 TEST_CASE("decoder: expert statistics count every token of prompt chunks and decode steps" * test::needs_device()) {
-  for (const char* name : moe_fixtures) {
+  for (const char* name : test::q4km_moe_fixtures) {
     CAPTURE(name);
     const auto l = test::load_model(name);
     const io::model_hparams& h = l->model.hparams();

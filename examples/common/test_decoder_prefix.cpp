@@ -133,8 +133,7 @@ void check_model(const std::string& gguf) {
 }  // namespace
 
 TEST_CASE("decoder prefix: a sequence started from a checkpoint equals the cold run, bit for bit") {
-  for (const char* gguf : {"tiny_dense_q4km.gguf", "tiny_moe_q4km.gguf", "tiny_interleaved_q4km.gguf"})
-    check_model(gguf);
+  for (const char* gguf : test::q4km_fixtures) check_model(gguf);
 }
 
 TEST_CASE("decoder prefix: refusals name the problem and change nothing") {

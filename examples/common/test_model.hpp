@@ -25,6 +25,11 @@ struct loaded_model {
   gen::device_model model;
 };
 
+// The Q4_K_M fixtures of tests/data: every layer schedule (dense FFN, MoE, interleaved), and those with MoE layers.
+inline constexpr const char* q4km_fixtures[] = {"tiny_dense_q4km.gguf", "tiny_moe_q4km.gguf",
+                                                "tiny_interleaved_q4km.gguf"};
+inline constexpr const char* q4km_moe_fixtures[] = {"tiny_moe_q4km.gguf", "tiny_interleaved_q4km.gguf"};
+
 // tests/data/<name>, matched against the known model traits (any valid file binds).
 inline std::unique_ptr<loaded_model> load_model(const std::string& name) {
   auto l = std::unique_ptr<loaded_model>(

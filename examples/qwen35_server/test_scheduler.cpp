@@ -185,8 +185,7 @@ void check_batched_equals_alone(const char* gguf) {
 }  // namespace
 
 TEST_CASE("scheduler: requests batched through step_once draw the same ids as each alone") {
-  for (const char* gguf : {"tiny_dense_q4km.gguf", "tiny_moe_q4km.gguf", "tiny_interleaved_q4km.gguf"})
-    check_batched_equals_alone(gguf);
+  for (const char* gguf : test::q4km_fixtures) check_batched_equals_alone(gguf);
 }
 
 TEST_CASE("scheduler: a long prompt comes in chunks within the budget while a decoding sequence keeps going") {
