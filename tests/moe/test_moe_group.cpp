@@ -36,7 +36,8 @@ grouped run_group(const std::vector<int32_t>& ids, int n_experts, launch::moe_gr
   return g;
 }
 
-// Host reference: stable sort of the pair indices by id; invalid ids (outside [0, E)) in no group.
+// Host reference: stable sort of the pair indices by id; empty slots (-1) and invalid ids (outside
+// [0, E), which set the flag) in no group.
 void check_group(const std::vector<int32_t>& ids, int n_experts, const grouped& g) {
   std::vector<int32_t> want;
   std::vector<int32_t> offsets(size_t(n_experts + 1), 0), tiles(size_t(n_experts + 1), 0);
@@ -49,7 +50,7 @@ void check_group(const std::vector<int32_t>& ids, int n_experts, const grouped& 
     tiles[size_t(e + 1)] = tiles[size_t(e)] + (count + kernels::moe_group_tile - 1) / kernels::moe_group_tile;
   }
   offsets[size_t(n_experts)] = int32_t(want.size());
-  for (int32_t id : ids) invalid |= id < 0 || id >= n_experts;
+  for (int32_t id : ids) invalid |= (id < 0 || id >= n_experts) && id != ops::router_empty_slot;
   CHECK(g.offsets == offsets);
   CHECK(g.tile_starts == tiles);
   CHECK(std::equal(want.begin(), want.end(), g.sorted_pairs.begin()));
@@ -85,8 +86,18 @@ TEST_CASE("moe_group: all pairs on one expert; invalid ids set the flag and join
   for (const auto backend : backends()) {
     std::vector<int32_t> ids(100, 3);
     check_group(ids, 8, run_group(ids, 8, backend));
-    ids[10] = -1, ids[50] = 8, ids[70] = 1000;
+    ids[10] = -2, ids[50] = 8, ids[70] = 1000;
     check_group(ids, 8, run_group(ids, 8, backend));
+  }
+}
+
+TEST_CASE("moe_group: empty slots (-1, adaptive top-k) join no group and are not an error" * test::needs_device()) {
+  for (const auto backend : backends()) {
+    std::vector<int32_t> ids(200);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = i % 3 == 1 ? ops::router_empty_slot : int32_t(i % 16);
+    const grouped g = run_group(ids, 16, backend);
+    CHECK(g.error_flag == 0);
+    check_group(ids, 16, g);
   }
 }
 

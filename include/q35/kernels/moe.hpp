@@ -1,8 +1,9 @@
 // The MoE expert kernels of decode: the fused gate+up SwiGLU of every (token, slot) pair's expert
 // and of each token's shared expert (moe_gate_up_kernel), then the down projections of a token's k
 // experts and shared expert, weighted and summed in a fixed order and added to the residual
-// (moe_down_kernel). Expert ids are read on the device (the router wrote them); an id outside
-// [0, n_experts) sets *error_flag and poisons the outputs it would have produced with NaN.
+// (moe_down_kernel). Expert ids are read on the device (the router wrote them). An id of -1 is an
+// empty slot (adaptive top-k: the token's slots past its k_used), which both kernels skip; any other
+// id outside [0, n_experts) sets *error_flag and poisons the outputs it would have produced with NaN.
 #pragma once
 
 #include <cmath>
@@ -88,7 +89,8 @@ struct moe_gate_up_kernel {
       const int32_t e = p.ids[job];
       n_rows = ff = p.expert_ff;
       out = p.act + job * p.expert_ff;
-      if (e < 0 || e >= p.n_experts) {  // the router never writes this; guard against a corrupt id
+      if (e == ops::router_empty_slot) return;  // nothing reads the act row of an empty slot
+      if (e < 0 || e >= p.n_experts) {          // the router never writes this; guard against a corrupt id
         if (arch::thread_rank() == 0) *p.error_flag = 1;
         for (int r = arch::thread_rank(); r < block_rows; r += threads)
           if (row0 + r < n_rows) out[row0 + r] = NAN;
@@ -185,7 +187,7 @@ struct moe_down_kernel {
   };
   struct shared_storage {
     float dot[max_jobs][warp_size];  // [job][row of the block]
-    int bad[max_jobs];               // the job's expert id is out of range
+    int bad[max_jobs];               // the job's expert id is out of range (and not an empty slot)
   };
   static Q35_HOST_DEVICE int rows_per_block(const params& p) {
     return BlocksPerRow > 0 ? bundles_per_block * bundle_rows : warp_size >> p.log2_lanes;
@@ -222,12 +224,13 @@ struct moe_down_kernel {
     return in;
   }
   // Job j of token t: expert j's down matrix (pair t k + j's act), or (j == k) the shared expert's
-  // (token t's sh_act); valid: the expert id is in range.
-  static Q35_DEVICE const uint8_t* job_matrix(const params& p, int64_t t, int j, bool& valid) {
-    valid = true;
+  // (token t's sh_act); valid: the expert id is in range; bad: it is neither that nor an empty slot.
+  static Q35_DEVICE const uint8_t* job_matrix(const params& p, int64_t t, int j, bool& valid, bool& bad) {
+    valid = true, bad = false;
     if (j >= p.k) return p.maybe_sh_down;
     const int32_t e = p.ids[t * p.k + j];
     valid = e >= 0 && e < p.n_experts;
+    bad = !valid && e != ops::router_empty_slot;
     return p.down + (valid ? int64_t(e) : 0) * p.expert_stride_bytes;
   }
 
@@ -241,11 +244,12 @@ struct moe_down_kernel {
       const uint8_t* base;
       int64_t in_row;
       int cols;
-      bool valid = true;
+      bool valid = true, bad = false;
       if (j < p.k) {
         const int64_t pair = t * p.k + j;
         const int32_t e = p.ids[pair];
         valid = e >= 0 && e < p.n_experts;
+        bad = !valid && e != ops::router_empty_slot;
         base = p.down + (valid ? int64_t(e) : 0) * p.expert_stride_bytes;
         in_row = pair, cols = p.expert_ff;
       } else {
@@ -259,7 +263,7 @@ struct moe_down_kernel {
         engine::accumulate(base + row * Format::row_bytes(cols), 0, in, sub, lanes, n_tok, acc);
       engine::reduce_lanes(lanes, acc);
       if (sub == 0) s.dot[j][local] = acc[0][0];
-      if (lane == 0) s.bad[j] = !valid;
+      if (lane == 0) s.bad[j] = bad;  // an empty slot's dot stays 0 (its weight is 0 too)
     }
   }
 
@@ -268,8 +272,8 @@ struct moe_down_kernel {
     if constexpr (BlocksPerRow > 0) {
       for (int u = arch::thread_rank(); u < n_jobs * bundles_per_block; u += threads) {
         const int j = u / bundles_per_block, b = u % bundles_per_block;
-        bool valid;
-        const uint8_t* base = job_matrix(p, t, j, valid);
+        bool valid, bad;
+        const uint8_t* base = job_matrix(p, t, j, valid, bad);
         const ops::gemv_input in =
             input_row(p, j < p.k, j < p.k ? t * p.k + j : t, j < p.k ? p.expert_ff : p.shared_ff);
         const int first = r0 + b * bundle_rows;  // a multiple of bundle_rows: a 16-byte aligned item
@@ -279,7 +283,7 @@ struct moe_down_kernel {
           engine::template accumulate_rows<BlocksPerRow>(base + first * Format::row_bytes(in.cols), in, n_tok, acc);
         Q35_UNROLL
         for (int i = 0; i < bundle_rows; ++i) s.dot[j][b * bundle_rows + i] = acc[i][0];
-        if (b == 0) s.bad[j] = !valid;
+        if (b == 0) s.bad[j] = bad;
       }
     }
   }

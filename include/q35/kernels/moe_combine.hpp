@@ -8,6 +8,7 @@
 #include "q35/arch/thread.hpp"
 #include "q35/core/dim3.hpp"
 #include "q35/core/vec.hpp"
+#include "q35/ops/router.hpp"
 
 namespace q35::kernels {
 
@@ -36,6 +37,7 @@ struct moe_combine_kernel {
     for (int j = 0; j < p.k; ++j) {
       const int64_t pair = t * p.k + j;
       const int32_t e = p.ids[pair];
+      if (e == ops::router_empty_slot) continue;  // adaptive top-k: no expert, no output row
       if (e < 0 || e >= p.n_experts) {
         bad = true;
         continue;

@@ -9,6 +9,7 @@
 #include "q35/arch/thread.hpp"
 #include "q35/core/dim3.hpp"
 #include "q35/core/vec.hpp"
+#include "q35/ops/router.hpp"
 
 namespace q35::kernels {
 
@@ -16,10 +17,11 @@ namespace q35::kernels {
 inline constexpr int moe_group_tile = 32;
 
 namespace detail {
-// Expert e's key, or n_experts (after every expert: the pair is in no group) for an invalid id.
+// Expert e's key, or n_experts (after every expert: the pair is in no group) for an empty slot
+// (ops::router_empty_slot) or an invalid id (which sets the flag).
 Q35_DEVICE int32_t moe_key(int32_t id, int n_experts, int* error_flag) {
   if (id >= 0 && id < n_experts) return id;
-  *error_flag = 1;
+  if (id != ops::router_empty_slot) *error_flag = 1;
   return n_experts;
 }
 
@@ -44,7 +46,7 @@ struct moe_group_params {
   int32_t* tile_starts;        // [n_experts + 1]: expert e's first tile of moe_group_tile pairs; [n_experts]: all tiles
   int32_t n_pairs;
   int n_experts;
-  int* error_flag;  // set to 1 on an id outside [0, n_experts)
+  int* error_flag;  // set to 1 on an id outside [0, n_experts) other than -1 (an empty slot)
 };
 
 // keys[p] = ids[p] (n_experts when invalid), values[p] = p: the radix sort's input. One thread per pair.

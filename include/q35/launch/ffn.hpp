@@ -9,6 +9,7 @@
 
 #include "q35/core/status.hpp"
 #include "q35/launch/matmul.hpp"
+#include "q35/ops/router.hpp"
 #include "q35/quant/weight_view.hpp"
 
 namespace q35::launch {
@@ -46,6 +47,9 @@ struct ffn_layer_args {
   quant::act16_view maybe_x16;
   // Each matmul computes a token's row as it would alone (launch::matmul_args::row_invariant).
   bool row_invariant = false;
+  // MoE: the router's options. With route.adaptive a token may use fewer than n_experts_used
+  // experts (its other slots are empty and cost nothing); softmax scoring is required.
+  ops::route_options route;
 };
 
 namespace detail {

@@ -128,7 +128,7 @@ namespace detail {
 // Byte offsets of moe_ffn's scratch regions for n tokens (each 256-byte aligned); the grouped
 // path's regions (sorted pairs .. y) only above moe_decode_max_tokens.
 struct moe_layout {
-  size_t counters, logits, ids, weights, gate, act, sh_act, sh_y;
+  size_t counters, logits, ids, weights, k_used, gate, act, sh_act, sh_y;
   size_t x16, act16, sh_act16;  // decode only: x, act and sh_act quantized for the GEMV engine's integer path
   size_t sorted_pairs, offsets, tile_starts, group_temp, y;
   size_t x8, act8;  // grouped only: x and act split for the int8 tensor-core GEMM (quant/act8x2.hpp)
@@ -149,6 +149,7 @@ inline moe_layout moe_plan(const ffn_shape& s, int64_t n) {
   l.logits = take(t * size_t(s.n_experts + 1) * sizeof(float));   // router logits [n][E + 1]
   l.ids = take(t * k * sizeof(int32_t));                          // [n][k]
   l.weights = take(t * k * sizeof(float));                        // [n][k]
+  l.k_used = take(t * sizeof(int32_t));                           // [n] experts used (adaptive top-k)
   l.gate = take(t * sizeof(float));                               // shared-expert gate [n]
   l.act = take(t * k * size_t(s.expert_ff_dim) * sizeof(float));  // [n * k][expert_ff]
   l.sh_act = take(t * size_t(s.shared_ff_dim) * sizeof(float));   // [n][shared_ff]
@@ -237,6 +238,7 @@ inline status validate_moe(const ffn_layer_args& a, const moe_weights& w) {
   } else if (!w.shexp_gate.empty() || !w.shexp_gate_inp.empty()) {
     return detail::bad_ffn(fn, "shared-expert weights are given but shared_ff_dim = 0");
   }
+  Q35_TRY(detail::validate_route(a.route, s.n_experts_used));
   if (a.n_tokens < 0) return detail::bad_ffn(fn, "n_tokens = " + str(a.n_tokens) + " is negative");
   if (a.n_tokens == 0) return status::success();
   if (!a.x || !a.h) return detail::bad_ffn(fn, "x or h is null");
@@ -405,6 +407,8 @@ inline status moe_route(const ffn_layer_args& a, const moe_weights& w, stream_t 
   r.x = a.x, r.w_router = w.router, r.maybe_w_shexp = shared ? w.shexp_gate_inp : quant::weight_view{};
   r.ids = b.ids, r.weights = b.weights, r.maybe_shexp_gate = shared ? b.gate : nullptr;
   r.maybe_expert_counts = a.maybe_expert_counts;
+  r.route = a.route;
+  r.maybe_k_used = a.route.adaptive ? reinterpret_cast<int32_t*>(b.ws + b.l.k_used) : nullptr;
   r.workspace = {reinterpret_cast<float*>(b.ws + b.l.logits), reinterpret_cast<uint32_t*>(b.ws + b.l.counters),
                  a.n_tokens, s.n_experts};
   return router(r, stream);

@@ -73,6 +73,20 @@ inline status bad_router_arg(const std::string& what) {
 }
 inline bool aligned_16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// Checks the adaptive top-k options against k = n_experts_used (nothing to check when off).
+inline status validate_route(const ops::route_options& route, int n_experts_used) {
+  if (!route.adaptive) return status::success();
+  if (route.score != ops::router_score::softmax)
+    return bad_router_arg("adaptive top-k needs softmax scoring (its entropy is over the softmax)");
+  for (int kv : route.adaptive_k.k_values)
+    if (kv < 1 || kv > n_experts_used)
+      return bad_router_arg("adaptive k value " + std::to_string(kv) +
+                            " is outside 1..n_experts_used = " + std::to_string(n_experts_used));
+  const float* t = route.adaptive_k.entropy_below;
+  if (!(t[0] <= t[1])) return bad_router_arg("adaptive entropy thresholds must be ascending");
+  return status::success();
+}
+
 // Checks the expert count and k against the kernel's limits.
 template <class WeightT>
 status validate_router_counts(const router_args<WeightT>& a) {
@@ -112,18 +126,8 @@ status validate_router_rest(const router_args<WeightT>& a) {
   if (a.workspace.max_tokens < a.n_tokens || a.workspace.n_experts < a.n_experts)
     return bad_router_arg("workspace holds " + str(a.workspace.max_tokens) + " tokens x " + str(a.workspace.n_experts) +
                           " experts, the call needs " + str(a.n_tokens) + " x " + str(a.n_experts));
-  if (a.route.adaptive) {
-    if (a.route.score != ops::router_score::softmax)
-      return bad_router_arg("adaptive top-k needs softmax scoring (its entropy is over the softmax)");
-    if (!a.maybe_k_used) return bad_router_arg("maybe_k_used is null but route.adaptive is set");
-    for (int kv : a.route.adaptive_k.k_values)
-      if (kv < 1 || kv > a.n_experts_used)
-        return bad_router_arg("adaptive k value " + str(kv) +
-                              " is outside 1..n_experts_used = " + str(a.n_experts_used));
-    const float* t = a.route.adaptive_k.entropy_below;
-    if (!(t[0] <= t[1])) return bad_router_arg("adaptive entropy thresholds must be ascending");
-  }
-  return status::success();
+  if (a.route.adaptive && !a.maybe_k_used) return bad_router_arg("maybe_k_used is null but route.adaptive is set");
+  return validate_route(a.route, a.n_experts_used);
 }
 }  // namespace detail
 

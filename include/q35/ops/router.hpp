@@ -41,9 +41,13 @@ struct route_options {
   adaptive_k_options adaptive_k;
 };
 
+// The id of a slot past a token's k_used (adaptive top-k); its weight is 0. The expert kernels
+// (moe_ffn) skip such slots, and treat any other id outside [0, n_experts) as an error.
+inline constexpr int32_t router_empty_slot = -1;
+
 // What lane r of the warp holds after route_token.
 struct routed {
-  int id;        // rank-r expert for r < k_used, else -1
+  int id;        // rank-r expert for r < k_used, else router_empty_slot
   float weight;  // its weight for r < k_used, else 0
   int k_used;    // experts selected for this token (the same on every lane)
 };
