@@ -184,8 +184,24 @@ status decoder::init(const device_model& m, const decoder_config& cfg) {
   Q35_TRY(rng_counters_.allocate(size_t(S)));
   Q35_TRY(sample_ws_.allocate(align_256(launch::sample_workspace_bytes(1, int(h.n_vocab)))));
   Q35_TRY(fill_bytes(result_.data(), 0, result_.bytes(), stream()));  // ids and the error flag
+  if (cfg.moe_adaptive_k) {
+    if (moe_layers_.empty())
+      return error(status_code::invalid_argument, "decoder: adaptive top-k is set but the model has no MoE layers");
+    ops::route_options r;
+    r.adaptive = true, r.adaptive_k = *cfg.moe_adaptive_k;
+    if (const status st = launch::detail::validate_route(r, int(h.n_experts_used)); !st.ok())
+      return error(status_code::invalid_argument, "decoder: " + st.message());
+  }
   expert_load_.reset();
-  if (cfg.expert_stats && !moe_layers_.empty()) {
+  experts_ = m.experts();
+  expert_staging_ = device_buffer<uint8_t>();
+  expert_seen_.assign(moe_layers_.size(), std::vector<uint64_t>(size_t(h.n_experts), 0));
+  expert_score_.assign(moe_layers_.size(), std::vector<double>(size_t(h.n_experts), 0.0));
+  cache_stats_.assign(experts_ ? moe_layers_.size() : 0, {});
+  steps_since_rebalance_ = 0;
+  if (experts_ && call_rows > launch::moe_decode_max_tokens)
+    Q35_TRY(expert_staging_.allocate(size_t(experts_->staging_bytes())));
+  if ((cfg.expert_stats || experts_) && !moe_layers_.empty()) {  // the cache's policy reads the counts
     expert_load_ = std::make_unique<launch::expert_load>();
     Q35_TRY(expert_load_->allocate(int(moe_layers_.size()), int(h.n_experts)));  // zeroed on the default stream
     Q35_TRY(synchronize(nullptr));  // before the first router launch on stream()
@@ -524,11 +540,20 @@ status decoder::forward(int64_t n_rows) {
       f.workspace = workspace_.data(), f.workspace_bytes = workspace_.bytes();
       f.error_flag = error_flag;
       if (expert_load_ && moe_index_[il] >= 0) f.maybe_expert_counts = expert_load_->counts(moe_index_[il]);
+      if (cfg_.moe_adaptive_k) f.route.adaptive = true, f.route.adaptive_k = *cfg_.moe_adaptive_k;
       if (l.ffn_kind == models::ffn_type::dense) {
         Q35_TRY(launch::dense_ffn(f, l.ffn, s));
         mark(call::dense_ffn);
+      } else if (const expert_store::layer* el = experts_ ? experts_->find(int(il)) : nullptr;
+                 el && n > launch::moe_decode_max_tokens) {
+        // the grouped path reads packed experts: the layer's, copied from host memory (staging)
+        launch::moe_weights w = l.moe;
+        Q35_TRY(experts_->stage(*el, expert_staging_.data(), s));
+        experts_->staged_views(*el, expert_staging_.data(), w);
+        Q35_TRY(launch::moe_ffn(f, w, s));
+        mark(call::moe_ffn);
       } else {
-        Q35_TRY(launch::moe_ffn(f, l.moe, s));
+        Q35_TRY(launch::moe_ffn(f, l.moe, s));  // host-resident experts: through the store's index
         mark(call::moe_ffn);
       }
     }
@@ -551,6 +576,8 @@ status decoder::forward(int64_t n_rows) {
 status decoder::step(std::span<const seq_input> inputs, std::vector<float>* host_logits) {
   if (!m_) return error(status_code::invalid_argument, "decoder: not initialised");
   Q35_TRY(plan_step(inputs));
+  const bool stages = experts_ && step_stages();
+  if (stages) Q35_TRY(settle_experts(false, false));  // what came before was decode-path selections
   if (hook_) hook_(call::batch_upload);
   int64_t rows = 0;
   for (const group& g : groups_) rows += g.n;
@@ -579,6 +606,11 @@ status decoder::step(std::span<const seq_input> inputs, std::vector<float>* host
     sequence& q = seqs_[size_t(in.seq)];
     q.n_past += int64_t(in.tokens.size());
     q.history.insert(q.history.end(), in.tokens.begin(), in.tokens.end());
+  }
+  if (experts_) {
+    const bool rebalance = cfg_.expert_rebalance_steps > 0 && ++steps_since_rebalance_ >= cfg_.expert_rebalance_steps;
+    if (rebalance) steps_since_rebalance_ = 0;
+    if (stages || rebalance) Q35_TRY(settle_experts(stages, rebalance));
   }
   if (host_logits) {
     const int64_t nv = m_->hparams().n_vocab;
@@ -623,6 +655,71 @@ status decoder::expert_counts(std::vector<std::vector<uint64_t>>& out) const {
                                                       "(decoder_config::expert_stats)");
   out.assign(moe_layers_.size(), {});
   for (size_t j = 0; j < moe_layers_.size(); ++j) Q35_TRY(expert_load_->read(int(j), out[j], stream()));
+  return status::success();
+}
+
+bool decoder::step_stages() const {
+  for (const group& g : groups_)
+    if (g.n > launch::moe_decode_max_tokens) return true;
+  return false;
+}
+
+status decoder::settle_experts(bool staged, bool rebalance) {
+  std::vector<std::vector<uint64_t>> now;
+  Q35_TRY(expert_counts(now));
+  for (size_t j = 0; j < now.size(); ++j) {
+    std::vector<uint64_t> d(now[j].size());
+    for (size_t e = 0; e < d.size(); ++e) d[e] = now[j][e] - expert_seen_[j][e];
+    expert_cache_stats& c = cache_stats_[j];
+    const uint64_t bytes = experts_->expert_bytes(j);
+    if (staged) {
+      for (const uint64_t v : d) c.staged += v;
+    } else {
+      const std::vector<int>& slot = experts_->layers()[j].expert_slot;
+      for (size_t e = 0; e < d.size(); ++e) {
+        (slot[e] >= 0 ? c.hits : c.misses) += d[e];
+        if (slot[e] < 0) c.host_bytes += d[e] * bytes;
+      }
+    }
+    std::vector<double>& score = expert_score_[j];
+    for (size_t e = 0; e < d.size(); ++e) score[e] = score[e] / 2 + double(d[e]);
+  }
+  expert_seen_ = std::move(now);
+  if (!rebalance) return status::success();
+  // the slots' experts: the `slots` highest scores (residents first on ties: no churn)
+  const int S = experts_->slots();
+  for (size_t j = 0; j < expert_score_.size() && S > 0; ++j) {
+    const std::vector<double>& score = expert_score_[j];
+    const expert_store::layer& L = experts_->layers()[j];
+    std::vector<int> order(score.size());
+    for (size_t e = 0; e < order.size(); ++e) order[e] = int(e);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      if (score[size_t(a)] != score[size_t(b)]) return score[size_t(a)] > score[size_t(b)];
+      return (L.expert_slot[size_t(a)] >= 0) > (L.expert_slot[size_t(b)] >= 0);
+    });
+    std::vector<bool> wanted(score.size(), false);
+    for (int i = 0; i < S; ++i) wanted[size_t(order[size_t(i)])] = true;
+    bool changed = false;
+    for (int i = 0; i < S; ++i) {
+      const int e = order[size_t(i)];
+      if (L.expert_slot[size_t(e)] >= 0) continue;
+      int s = 0;  // a slot whose expert is not wanted (one exists: fewer than S wanted ones are resident)
+      while (L.slot_expert[size_t(s)] >= 0 && wanted[size_t(L.slot_expert[size_t(s)])]) ++s;
+      Q35_TRY(experts_->promote(j, e, s, stream()));
+      ++cache_stats_[j].promotions;
+      changed = true;
+    }
+    if (changed) Q35_TRY(experts_->commit(j, stream()));
+  }
+  return status::success();
+}
+
+status decoder::expert_cache(std::vector<expert_cache_stats>& out) {
+  out.clear();
+  if (!experts_) return status::success();
+  Q35_TRY(settle_experts(false, false));
+  out = cache_stats_;
+  for (size_t j = 0; j < out.size(); ++j) out[j].host_bytes += experts_->layers()[j].staged_bytes;
   return status::success();
 }
 

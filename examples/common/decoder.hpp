@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -42,6 +43,7 @@
 #include "q35/kv/recurrent_state.hpp"
 #include "q35/launch/expert_load.hpp"
 #include "q35/launch/sample.hpp"
+#include "q35/ops/router.hpp"
 
 namespace q35::gen {
 
@@ -59,6 +61,23 @@ struct decoder_config {
   // Count, per MoE layer, how many tokens the router sends to each expert (expert_counts()): one
   // histogram of n_experts 64-bit counters per MoE layer that the router adds to with atomics.
   bool expert_stats = false;
+  // MoE layers: adaptive top-k (launch::router's route.adaptive). A token whose routing entropy is
+  // low reads fewer experts than the file's expert_used_count; departs from the trained routing.
+  // Each k value must lie in 1..expert_used_count and the thresholds must ascend.
+  std::optional<ops::adaptive_k_options> moe_adaptive_k;
+  // Models loaded with host-resident experts (device_model::experts()): every this many steps the
+  // most used experts of each MoE layer (router counts, halved at each rebalance) are promoted into
+  // its device slots (0: the slots keep the experts they were loaded with).
+  int expert_rebalance_steps = 16;
+};
+
+// The expert cache of one MoE layer over a session (models with host-resident experts).
+struct expert_cache_stats {
+  uint64_t hits = 0;        // selections of decode-path calls served from a device slot
+  uint64_t misses = 0;      // ... read from host memory by the kernels (zero-copy)
+  uint64_t staged = 0;      // selections of steps whose layer call staged the layer (grouped path)
+  uint64_t host_bytes = 0;  // bytes read or copied from host memory: misses x expert + staging copies
+  uint64_t promotions = 0;  // experts copied into slots
 };
 
 // What a prompt cache holds: the tokens fed so far and the device state after them.
@@ -154,6 +173,10 @@ class decoder {
   // (a token counts once for each of the k experts it is routed to). Waits for stream().
   const std::vector<int>& moe_layers() const { return moe_layers_; }
   status expert_counts(std::vector<std::vector<uint64_t>>& out) const;
+  // Per MoE layer, the expert cache's record (empty when every expert is on the device). Waits for stream().
+  status expert_cache(std::vector<expert_cache_stats>& out);
+  int expert_slots() const { return experts_ ? experts_->slots() : -1; }  // -1: every expert on the device
+  int expert_rebalance_steps() const { return cfg_.expert_rebalance_steps; }
 
   uint64_t kv_bytes() const { return kv_bytes_; }
   uint64_t recurrent_bytes() const { return recurrent_bytes_; }  // of one sequence
@@ -213,7 +236,18 @@ class decoder {
   std::vector<prefix> prefixes_;             // [n_prefix_slots]; checkpoint i keeps its state in slot n_seq_max + i
   std::vector<int> attn_index_, gdn_index_;  // per layer: its index among its kind
   std::vector<int> moe_layers_, moe_index_;  // the MoE layers; per layer: its index among them (-1: dense)
+  // Host-resident experts: fold the selections since the last call into the cache's record (staged:
+  // the step staged its MoE layers), then (rebalance) promote the most used experts into the slots.
+  status settle_experts(bool staged, bool rebalance);
+  bool step_stages() const;  // a layer call of the planned step takes the grouped path
+
   std::unique_ptr<launch::expert_load> expert_load_;  // [moe_layers_.size()][n_experts] with cfg.expert_stats
+  expert_store* experts_ = nullptr;                   // the model's host-resident experts, or null
+  device_buffer<uint8_t> expert_staging_;             // one MoE layer's experts for the grouped path
+  std::vector<std::vector<uint64_t>> expert_seen_;    // the counts at the last settle
+  std::vector<std::vector<double>> expert_score_;     // decayed counts: what rebalance promotes
+  std::vector<expert_cache_stats> cache_stats_;
+  int steps_since_rebalance_ = 0;
   kv::kv_pool kv_;
   kv::page_allocator pages_;
   kv::recurrent_state_pool rs_;

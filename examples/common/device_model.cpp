@@ -6,17 +6,25 @@
 
 namespace q35::gen {
 
+namespace {
+uint64_t shift_of(const std::unordered_map<const io::tensor_info*, uint64_t>& shift, const io::tensor_info* t) {
+  const auto it = shift.find(t);
+  return it == shift.end() ? 0 : it->second;
+}
+}  // namespace
+
 quant::weight_view device_model::view(const io::tensor_info* t) const {
   if (!t) return {};
-  return quant::weight_view{base_ + t->offset, t->type, int64_t(t->ne[0]), int64_t(t->ne[1]), int64_t(t->ne[2]), 0};
+  return quant::weight_view{
+      base_ + t->offset - shift_of(shift_, t), t->type, int64_t(t->ne[0]), int64_t(t->ne[1]), int64_t(t->ne[2]), 0};
 }
 
 const float* device_model::f32(const io::tensor_info* t) const {
-  return t ? reinterpret_cast<const float*>(base_ + t->offset) : nullptr;
+  return t ? reinterpret_cast<const float*>(base_ + t->offset - shift_of(shift_, t)) : nullptr;
 }
 
 status device_model::load(const io::gguf_file& f, const io::bound_model& m,
-                          const std::function<void(uint64_t, uint64_t)>& progress) {
+                          const std::function<void(uint64_t, uint64_t)>& progress, int expert_slots) {
   hp_ = m.hparams;
   // Every tensor the decoder reads must be f32 where the kernels take plain floats (norms, conv, biases).
   auto need_f32 = [&](const io::tensor_info* t) -> status {
@@ -34,16 +42,49 @@ status device_model::load(const io::gguf_file& f, const io::bound_model& m,
     for (const io::tensor_info* t : {l.gdn.conv1d, l.gdn.dt_bias, l.gdn.a, l.gdn.norm}) Q35_TRY(need_f32(t));
   }
 
-  // One copy of the data section (tensor offsets are relative to it, aligned as the file aligns them).
-  uint64_t end = 0;
-  for (const io::tensor_info& t : f.tensors()) end = std::max(end, t.offset + t.n_bytes);
+  // Routed experts in host memory (an expert cache), when asked for and smaller than all experts.
+  experts_.reset();
+  shift_.clear();
+  if (expert_slots >= 0 && expert_slots < int(hp_.n_experts) && hp_.count(models::ffn_type::moe) > 0) {
+    experts_ = std::make_unique<expert_store>();
+    Q35_TRY(experts_->load(hp_, m.weights, expert_slots));
+  }
+
+  // One copy of the data section without the host-resident experts: a tensor moves down by the
+  // extents (offset to the next tensor's, a multiple of the file's alignment) of those skipped before it.
+  std::vector<const io::tensor_info*> order;
+  for (const io::tensor_info& t : f.tensors()) order.push_back(&t);
+  std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
+  struct run {
+    uint64_t from, to, shift;  // file bytes [from, to) go to device offset from - shift
+  };
+  uint64_t end = 0, skipped = 0;
+  std::vector<run> runs;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const io::tensor_info* t = order[i];
+    if (experts_ && is_routed_expert_tensor(m.weights, t)) {
+      skipped += (i + 1 < order.size() ? order[i + 1]->offset : t->offset + t->n_bytes) - t->offset;
+      continue;
+    }
+    shift_[t] = skipped;
+    if (!runs.empty() && runs.back().shift == skipped)
+      runs.back().to = std::max(runs.back().to, t->offset + t->n_bytes);
+    else
+      runs.push_back({t->offset, t->offset + t->n_bytes, skipped});
+    end = std::max(end, t->offset + t->n_bytes - skipped);
+  }
   Q35_TRY(data_.allocate(size_t(end)));
   const uint8_t* src = f.tensors().empty() ? nullptr : f.tensors().front().data - f.tensors().front().offset;
   const uint64_t chunk = uint64_t(64) << 20;
-  for (uint64_t done = 0; done < end; done += chunk) {
-    const uint64_t n = std::min(chunk, end - done);
-    Q35_TRY(copy(data_.data() + done, src + done, size_t(n), copy_kind::host_to_device));
-    if (progress) progress(done + n, end);
+  uint64_t done = 0;
+  for (const run& r : runs) {
+    // the padding between tensors of a run goes up too (what lies between them in the file)
+    for (uint64_t at = r.from; at < r.to; at += chunk) {
+      const uint64_t n = std::min(chunk, r.to - at);
+      Q35_TRY(copy(data_.data() + (at - r.shift), src + at, size_t(n), copy_kind::host_to_device));
+      done += n;
+      if (progress) progress(done, end);
+    }
   }
   Q35_TRY(synchronize());
   base_ = data_.data();
@@ -55,6 +96,8 @@ status device_model::bind(const io::model_hparams& h, const io::model_weights& w
                           uint64_t n_bytes) {
   hp_ = h;
   data_ = device_buffer<uint8_t>();
+  experts_.reset();
+  shift_.clear();
   base_ = device_base;
   bound_bytes_ = n_bytes;
   bind_views(w);
@@ -104,6 +147,7 @@ void device_model::bind_views(const io::model_weights& w) {
         v.moe.up_exps = view(e.maybe_up_exps);
       }
       v.moe.down_exps = view(e.down_exps);
+      if (experts_) experts_->indexed_views(*experts_->find(int(layers_.size())), v.moe);  // host-resident experts
       v.moe.shexp_gate_inp = view(e.maybe_shared_gate_inp);
       v.moe.shexp_gate = view(e.maybe_shared_gate);
       v.moe.shexp_up = view(e.maybe_shared_up);

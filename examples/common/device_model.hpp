@@ -4,8 +4,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <unordered_map>
 #include <vector>
 
+#include "expert_store.hpp"
 #include "q35/arch/memory.hpp"
 #include "q35/io/gguf.hpp"
 #include "q35/io/model_weights.hpp"
@@ -31,8 +34,11 @@ struct layer_views {
 class device_model {
  public:
   // Uploads the tensor data of `f` (bound as `m`); `progress(done, total)` is called as bytes go up.
+  // expert_slots in 0 .. n_experts - 1 (a model with MoE layers): the routed experts stay in host
+  // memory behind that many device slots per MoE layer (expert_store); the MoE layers' views then
+  // read through the store's index. Otherwise (-1, or >= n_experts) everything is on the device.
   status load(const io::gguf_file& f, const io::bound_model& m,
-              const std::function<void(uint64_t, uint64_t)>& progress = {});
+              const std::function<void(uint64_t, uint64_t)>& progress = {}, int expert_slots = -1);
 
   // A model whose tensors already lie in device memory (synthetic benchmark models): each tensor_info's
   // `offset` counts from `device_base` (n_bytes in all), which the caller keeps alive as long as this object.
@@ -44,6 +50,9 @@ class device_model {
   const float* output_norm() const { return output_norm_; }
   const std::vector<layer_views>& layers() const { return layers_; }
   uint64_t weight_bytes() const { return data_.bytes() ? data_.bytes() : bound_bytes_; }
+  // The host-resident experts and their device slots, or null (every expert on the device). The
+  // decoder promotes experts into slots through it (mutable: it is state, not weights).
+  expert_store* experts() const { return experts_.get(); }
 
  private:
   quant::weight_view view(const io::tensor_info* t) const;
@@ -54,6 +63,9 @@ class device_model {
   device_buffer<uint8_t> data_;    // the file's tensor data section
   const uint8_t* base_ = nullptr;  // data_, or the caller's memory after bind()
   uint64_t bound_bytes_ = 0;       // n_bytes given to bind()
+  // bytes of skipped (host-resident expert) tensors before each uploaded tensor in the data section
+  std::unordered_map<const io::tensor_info*, uint64_t> shift_;
+  std::unique_ptr<expert_store> experts_;
   quant::weight_view token_embd_, output_;
   const float* output_norm_ = nullptr;
   std::vector<layer_views> layers_;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
 #include <span>
 #include <string>
@@ -238,3 +239,118 @@ TEST_CASE("decoder: expert statistics of a model without MoE layers are an error
 }
 
 }  // namespace
+
+namespace {
+
+// Every row of the logits of `tokens`: a 20-token prompt in chunks of 12 (grouped path) and 8 (decode
+// kernels), then one decode step per token.
+std::vector<float> session_logits(const gen::device_model& m, const gen::decoder_config& cfg,
+                                  std::span<const int32_t> tokens, counts_t* counts = nullptr) {
+  gen::decoder d;
+  Q35_OK(d.init(m, cfg));
+  std::vector<float> out, rows;
+  Q35_OK(d.eval(tokens.subspan(0, 20), &rows));
+  out = rows;
+  for (size_t i = 20; i < tokens.size(); ++i) {
+    Q35_OK(d.eval(tokens.subspan(i, 1), &rows));
+    out.insert(out.end(), rows.begin(), rows.end());
+  }
+  if (counts) *counts = read_counts(d);
+  return out;
+}
+
+gen::decoder_config logits_config() {
+  gen::decoder_config c = stats_config(12);
+  c.keep_all_logits = true;
+  return c;
+}
+
+double rel_rms(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = double(got[i]) - double(want[i]);
+    num += d * d, den += double(want[i]) * double(want[i]);
+  }
+  return std::sqrt(num / den);
+}
+
+}  // namespace
+
+TEST_CASE("decoder: adaptive top-k with one expert per token is the k = 1 model, bit for bit" * test::needs_device()) {
+  for (const char* name : test::q4km_moe_fixtures) {
+    CAPTURE(name);
+    const auto l = test::load_model(name);
+    const io::model_hparams& h = l->model.hparams();
+    REQUIRE(h.n_experts_used > 1);
+    const std::vector<int32_t> tokens = session_tokens(h.n_vocab);
+
+    // the same file read as a top-1 model: the router's weights and scores do not depend on k
+    io::bound_model top1 = l->bound;
+    top1.hparams.n_experts_used = 1;
+    gen::device_model m1;
+    Q35_OK(m1.load(l->file, top1));
+    counts_t c1, ca;
+    const std::vector<float> want = session_logits(m1, logits_config(), tokens, &c1);
+
+    gen::decoder_config cfg = logits_config();
+    cfg.moe_adaptive_k = ops::adaptive_k_options{};
+    for (int& k : cfg.moe_adaptive_k->k_values) k = 1;
+    const std::vector<float> got = session_logits(l->model, cfg, tokens, &ca);
+    REQUIRE(got.size() == want.size());
+    CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+    CHECK(ca == c1);
+    for (const auto& layer : ca) CHECK(sum(layer) == tokens.size());  // one expert per token read
+
+    // k values all equal to the file's k: the exact model
+    for (int& k : cfg.moe_adaptive_k->k_values) k = int(h.n_experts_used);
+    const std::vector<float> exact = session_logits(l->model, logits_config(), tokens);
+    CHECK(std::memcmp(session_logits(l->model, cfg, tokens).data(), exact.data(), exact.size() * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("decoder: adaptive top-k reads fewer experts; its distance from exact top-k" * test::needs_device()) {
+  for (const char* name : test::q4km_moe_fixtures) {
+    CAPTURE(name);
+    const auto l = test::load_model(name);
+    const io::model_hparams& h = l->model.hparams();
+    const int k = int(h.n_experts_used);
+    const std::vector<int32_t> tokens = session_tokens(h.n_vocab);
+    const std::vector<float> exact = session_logits(l->model, logits_config(), tokens);
+    // the library's default thresholds (1.2, 2.5 nats) with k / 4, k / 2 and k experts
+    gen::decoder_config cfg = logits_config();
+    cfg.moe_adaptive_k = ops::adaptive_k_options{};
+    const int ks[3] = {std::max(1, k / 4), std::max(1, k / 2), k};
+    std::copy(ks, ks + 3, cfg.moe_adaptive_k->k_values);
+    counts_t c;
+    const std::vector<float> got = session_logits(l->model, cfg, tokens, &c);
+    REQUIRE(got.size() == exact.size());
+    for (const float v : got) REQUIRE(std::isfinite(v));
+    double per_token = 0;
+    for (const auto& layer : c) {
+      const uint64_t n = sum(layer);
+      CHECK(n >= tokens.size() * uint64_t(ks[0]));
+      CHECK(n <= tokens.size() * uint64_t(k));
+      per_token += double(n) / double(tokens.size()) / double(c.size());
+    }
+    const double rms = rel_rms(got, exact);
+    MESSAGE(std::string(name) << ": adaptive top-(" << ks[0] << "," << ks[1] << "," << ks[2] << ") of " << h.n_experts
+                              << ", " << per_token << " experts per token (exact " << k
+                              << "); logits' relative RMS from exact top-" << k << " = " << rms);
+    CHECK(per_token < double(k));  // the router is sure often enough on the fixtures to drop experts
+    CHECK(rms > 0);
+  }
+}
+
+TEST_CASE("decoder: adaptive top-k options are checked against the model" * test::needs_device()) {
+  const auto l = test::load_model("tiny_moe_q4km.gguf");
+  gen::decoder d;
+  gen::decoder_config cfg = stats_config(12);
+  cfg.moe_adaptive_k = ops::adaptive_k_options{};
+  cfg.moe_adaptive_k->k_values[2] = int(l->model.hparams().n_experts_used) + 1;
+  status s = d.init(l->model, cfg);
+  CHECK(s.message().find("adaptive k value") != std::string::npos);
+  const auto dense = test::load_model("tiny_dense_q4km.gguf");
+  cfg.moe_adaptive_k = ops::adaptive_k_options{};
+  s = d.init(dense->model, cfg);
+  CHECK(s.message().find("no MoE layers") != std::string::npos);
+}

@@ -76,6 +76,26 @@ std::vector<int64_t> parse_int_list(const std::string& flag_name, const std::str
   return out;
 }
 
+// "1,2,3" -> the three k values of --moe-adaptive-k (each >= 1; the file bounds them by expert_used_count).
+std::array<int, 3> parse_adaptive_k(const std::string& flag_name, const std::string& value) {
+  const std::vector<int64_t> v = parse_int_list(flag_name, value, 1);
+  if (v.size() != 3)
+    throw usage_error(flag_name + " expects three k values K1,K2,K3 (entropy below H1, below H2, above), got '" +
+                      value + "'");
+  return {int(v[0]), int(v[1]), int(v[2])};
+}
+
+// "1.2,2.5" -> the two ascending entropy thresholds (nats) of --moe-adaptive-entropy.
+std::array<float, 2> parse_adaptive_entropy(const std::string& flag_name, const std::string& value) {
+  const size_t comma = value.find(',');
+  if (comma == std::string::npos || value.find(',', comma + 1) != std::string::npos)
+    throw usage_error(flag_name + " expects two thresholds H1,H2 in nats, got '" + value + "'");
+  const float h1 = parse_float(flag_name, value.substr(0, comma), 0.0, 1e6);
+  const float h2 = parse_float(flag_name, value.substr(comma + 1), 0.0, 1e6);
+  if (!(h1 <= h2)) throw usage_error(flag_name + " thresholds must ascend (H1 <= H2), got '" + value + "'");
+  return {h1, h2};
+}
+
 using apply_fn = std::function<void(options&, const std::string&, const std::string&)>;
 
 const std::vector<flag>& flags() {
@@ -161,6 +181,17 @@ const std::vector<flag>& flags() {
       {{"--prompt-cache"}, "FILE", [](options& o, auto&, const std::string& v) { o.prompt_cache_path = v; }},
       {{"--expert-stats"}, "FILE", [](options& o, auto&, const std::string& v) { o.expert_stats_path = v; }},
       {{"--expert-heatmap"}, "FILE", [](options& o, auto&, const std::string& v) { o.expert_heatmap_path = v; }},
+      {{"--expert-cache"},
+       "N",
+       [](options& o, const std::string& n, const std::string& v) { o.expert_cache = parse_int(n, v, 0, 65536); }},
+      {{"--moe-adaptive-k"},
+       "K1,K2,K3",
+       [](options& o, const std::string& n, const std::string& v) { o.moe_adaptive_k = parse_adaptive_k(n, v); }},
+      {{"--moe-adaptive-entropy"},
+       "H1,H2",
+       [](options& o, const std::string& n, const std::string& v) {
+         o.moe_adaptive_entropy = parse_adaptive_entropy(n, v);
+       }},
       {{"--bench"}, nullptr, [](options& o, const std::string& n, auto&) { set_command(o, command::bench, n); }},
       {{"--bench-model"}, "NAME", [](options& o, auto&, const std::string& v) { o.bench_models.push_back(v); }},
       {{"--bench-json"}, "FILE", [](options& o, auto&, const std::string& v) { o.bench_json_path = v; }},
@@ -212,6 +243,12 @@ options parse_args(const std::vector<std::string>& args) {
     if (o.cmd != command::generate)
       throw usage_error(std::string(name) + " traces a generation session (-p, -f, -cnv)");
   }
+  if (o.moe_adaptive_entropy && !o.moe_adaptive_k)
+    throw usage_error("--moe-adaptive-entropy sets the thresholds of --moe-adaptive-k: add it");
+  if (o.expert_cache && o.cmd != command::generate)
+    throw usage_error("--expert-cache applies to generation (-p, -f, -cnv)");
+  if (o.moe_adaptive_k && o.cmd != command::generate)
+    throw usage_error("--moe-adaptive-k applies to generation (-p, -f, -cnv)");
   return o;
 }
 
@@ -272,6 +309,16 @@ std::string usage(const std::string& program) {
          "  --expert-stats FILE    MoE models: at the end of the session, write per MoE layer the tokens routed\n"
          "                         to each expert (every prompt and generated token, every turn) as JSON\n"
          "  --expert-heatmap FILE  MoE models: the same counts as an SVG heat map (layers x experts)\n"
+         "  --expert-cache N       MoE models: keep the routed experts in pinned host memory and N of each\n"
+         "                         MoE layer's experts in device slots (the most used, promoted as the session\n"
+         "                         goes); the decode kernels read the others over the bus. N >= expert_count:\n"
+         "                         every expert on the device (the default)\n"
+         "  --moe-adaptive-k K1,K2,K3\n"
+         "                         MoE models: fewer experts when the router is sure: a token whose routing\n"
+         "                         entropy is below H1 uses K1 experts, below H2 K2, else K3 (each at most the\n"
+         "                         file's expert_used_count); departs from the trained routing\n"
+         "  --moe-adaptive-entropy H1,H2\n"
+         "                         the entropy thresholds in nats (default 1.2,2.5)\n"
          "\n"
          "commands:\n"
          "  --info                 architecture, matched model, hyper-parameters, tensors by type, memory\n"

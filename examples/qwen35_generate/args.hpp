@@ -2,6 +2,7 @@
 // Flags follow llama-cli's conventions (-m, -p, -f, -n, -c, --temp, --top-k, ...).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -50,6 +51,11 @@ struct options {
   // expert-selection traces of the session (MoE models): written at its end
   std::optional<std::string> expert_stats_path;    // --expert-stats FILE.json
   std::optional<std::string> expert_heatmap_path;  // --expert-heatmap FILE.svg
+  // MoE layers: routed experts in pinned host memory behind this many device slots per layer
+  std::optional<int64_t> expert_cache;  // --expert-cache N
+  // adaptive top-k of the MoE layers (opt-in): experts per token by routing entropy
+  std::optional<std::array<int, 3>> moe_adaptive_k;          // --moe-adaptive-k K1,K2,K3
+  std::optional<std::array<float, 2>> moe_adaptive_entropy;  // --moe-adaptive-entropy H1,H2 (nats)
   // --bench (-m optional: without it, synthetic full-size models)
   std::vector<std::string> bench_models;  // --bench-model NAME, repeatable
   std::string bench_json_path;            // --bench-json FILE (default bench_<gpu>.json)

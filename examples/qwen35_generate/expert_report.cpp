@@ -80,6 +80,18 @@ std::string viridis(double t) {
   return b;
 }
 
+double hit_rate(const expert_report::cache_record& c) {
+  return c.hits + c.misses ? double(c.hits) / double(c.hits + c.misses) : 0.0;
+}
+
+// "top-8", or with adaptive top-k "adaptive top-(1,2,3)".
+std::string top_k_label(const expert_report& r) {
+  if (r.adaptive_k_values.empty()) return "top-" + std::to_string(r.n_experts_used);
+  std::string s = "adaptive top-(";
+  for (size_t i = 0; i < r.adaptive_k_values.size(); ++i) s += (i ? "," : "") + std::to_string(r.adaptive_k_values[i]);
+  return s + ")";
+}
+
 }  // namespace
 
 std::string expert_report_json(const expert_report& r) {
@@ -89,10 +101,27 @@ std::string expert_report_json(const expert_report& r) {
   j["n_experts"] = r.n_experts;
   j["n_experts_used"] = r.n_experts_used;
   j["tokens"] = r.tokens;
-  j["note"] =
-      "tokens_per_expert[e]: tokens the router sent to expert e over the session (every prompt and generated "
-      "token fed to the decoder); total = tokens x n_experts_used. There is no expert cache yet: every expert "
-      "is resident, so cache.hits = total and misses = 0.";
+  const bool adaptive = !r.adaptive_k_values.empty();
+  if (adaptive) {
+    // the thresholds as given (parsed to float): 6 significant digits, so 1.8 reads 1.8
+    std::vector<double> below;
+    for (const float v : r.adaptive_entropy_below) below.push_back(std::stod(fmt("%.6g", double(v))));
+    j["adaptive_k"] = {{"entropy_below", below}, {"k_values", r.adaptive_k_values}};
+  } else
+    j["adaptive_k"] = nullptr;
+  j["note"] = std::string(
+                  "tokens_per_expert[e]: tokens the router sent to expert e over the session (every prompt and "
+                  "generated token fed to the decoder); ") +
+              (adaptive ? "total = the experts read over all tokens (adaptive top-k: between min and max of "
+                          "k_values per token); experts_per_token = total / tokens. "
+                        : "total = tokens x n_experts_used. ") +
+              (r.cache.empty() ? "Every expert is resident on the device (no --expert-cache): cache.hits = total, "
+                                 "misses = 0."
+                               : "cache: hits = selections served from a device slot, misses = read from host "
+                                 "memory by the decode kernels, staged = selections of prompt chunks of more than 8 "
+                                 "tokens (their layer's experts copied to the device whole), bytes_from_host = "
+                                 "misses x expert bytes + staging copies; hit_rate = hits / (hits + misses).");
+  if (!r.cache.empty()) j["cache_slots"] = r.cache_slots;
   nlohmann::ordered_json layers = nlohmann::ordered_json::array();
   for (size_t i = 0; i < r.layers.size(); ++i) {
     const std::vector<uint64_t>& c = r.counts[i];
@@ -101,7 +130,15 @@ std::string expert_report_json(const expert_report& r) {
     l["layer"] = r.layers[i];
     l["tokens_per_expert"] = c;
     l["total"] = total;
-    l["cache"] = {{"policy", "all resident"}, {"hits", total}, {"misses", 0}, {"bytes_from_host", 0}};
+    l["experts_per_token"] = r.tokens > 0 ? double(total) / double(r.tokens) : 0.0;
+    if (r.cache.empty()) {
+      l["cache"] = {{"policy", "all resident"}, {"hits", total}, {"misses", 0}, {"bytes_from_host", 0}};
+    } else {
+      const expert_report::cache_record& cr = r.cache[i];
+      l["cache"] = {{"policy", r.cache_policy},   {"hits", cr.hits},          {"misses", cr.misses},
+                    {"staged", cr.staged},        {"hit_rate", hit_rate(cr)}, {"bytes_from_host", cr.host_bytes},
+                    {"promotions", cr.promotions}};
+    }
     layers.push_back(std::move(l));
   }
   j["layers"] = std::move(layers);
@@ -138,8 +175,8 @@ std::string expert_heatmap_svg(const expert_report& r) {
        std::to_string(height) + "\" fill=\"white\"/>\n";
   o += "<text x=\"" + std::to_string(left) +
        "\" y=\"20\" font-size=\"14\" font-weight=\"bold\">Expert selections: " + xml_escape(r.model) + "</text>\n";
-  o += "<text x=\"" + std::to_string(left) + "\" y=\"38\" font-size=\"11\">" + std::to_string(r.tokens) +
-       " tokens, top-" + std::to_string(r.n_experts_used) + " of " + std::to_string(r.n_experts) +
+  o += "<text x=\"" + std::to_string(left) + "\" y=\"38\" font-size=\"11\">" + std::to_string(r.tokens) + " tokens, " +
+       top_k_label(r) + " of " + std::to_string(r.n_experts) +
        " experts; colour = share of the layer's routed tokens</text>\n";
 
   // axis titles
@@ -166,10 +203,15 @@ std::string expert_heatmap_svg(const expert_report& r) {
            "\"><title>layer " + std::to_string(r.layers[size_t(i)]) + ", expert " + std::to_string(e) + ": " +
            std::to_string(c[e]) + " tokens (" + fmt("%.2f", 100 * s) + "%)</title></rect>\n";
     }
-    // no expert cache yet: every selection is a hit
+    // every selection is a hit without a cache; with one, hits / (hits + misses) of the decode path
+    std::string rate = total ? "100.0%" : "-";
+    if (!r.cache.empty()) {
+      const expert_report::cache_record& cr = r.cache[size_t(i)];
+      rate = cr.hits + cr.misses ? fmt("%.1f", 100 * hit_rate(cr)) + "%" : "-";
+    }
     o += "<text class=\"hit-rate\" x=\"" + std::to_string(left + gw + 8) + "\" y=\"" +
-         std::to_string(y + ch / 2 + row_font / 2 - 1) + "\" font-size=\"" + std::to_string(row_font) + "\">" +
-         (total ? "100.0%" : "-") + "</text>\n";
+         std::to_string(y + ch / 2 + row_font / 2 - 1) + "\" font-size=\"" + std::to_string(row_font) + "\">" + rate +
+         "</text>\n";
   }
   o += "</g>\n";
 

@@ -12,10 +12,20 @@ struct expert_report {
   std::string model;  // general.name, else the file's name
   std::string arch;   // general.architecture
   int n_experts = 0;
-  int n_experts_used = 0;                     // k: experts per token
-  int64_t tokens = 0;                         // tokens fed to the decoder (prompts + generated)
+  int n_experts_used = 0;  // k: experts per token
+  int64_t tokens = 0;      // tokens fed to the decoder (prompts + generated)
+  // --moe-adaptive-k: the thresholds (nats) and k values; empty when every token used k experts
+  std::vector<float> adaptive_entropy_below;
+  std::vector<int> adaptive_k_values;
   std::vector<int> layers;                    // the MoE layers' indices in the file
   std::vector<std::vector<uint64_t>> counts;  // [layers.size()][n_experts]: tokens routed to each expert
+  // --expert-cache: the cache's slots per layer and, per layer, its record; empty: every expert resident
+  int cache_slots = -1;
+  struct cache_record {
+    uint64_t hits = 0, misses = 0, staged = 0, host_bytes = 0, promotions = 0;
+  };
+  std::vector<cache_record> cache;
+  std::string cache_policy;  // how slots are chosen
 };
 
 // The report as JSON (docs/moe.md, "Traces and a heat map", has the schema).

@@ -157,9 +157,28 @@ std::vector<std::pair<std::string, std::string>> expert_outputs(const options& o
   return o;
 }
 
+// --moe-adaptive-k / --moe-adaptive-entropy against the file: none without the flag; an error naming
+// the flag when the model has no MoE layers or a k value exceeds its expert_used_count.
+std::optional<ops::adaptive_k_options> adaptive_k_of(const options& opt, const io::model_hparams& h) {
+  if (!opt.moe_adaptive_k) return std::nullopt;
+  if (h.count(models::ffn_type::moe) == 0)
+    throw std::runtime_error("--moe-adaptive-k: " + opt.model_path + " has no MoE layers");
+  ops::adaptive_k_options a;
+  for (int i = 0; i < 3; ++i) {
+    const int k = (*opt.moe_adaptive_k)[size_t(i)];
+    if (k > int(h.n_experts_used))
+      throw std::runtime_error("--moe-adaptive-k: k value " + std::to_string(k) + " exceeds the model's " + h.arch +
+                               ".expert_used_count = " + std::to_string(h.n_experts_used));
+    a.k_values[i] = k;
+  }
+  if (opt.moe_adaptive_entropy)
+    for (int i = 0; i < 2; ++i) a.entropy_below[i] = (*opt.moe_adaptive_entropy)[size_t(i)];
+  return a;
+}
+
 // The session's expert selections to the files of --expert-stats and --expert-heatmap.
-void write_expert_report(const options& opt, const io::gguf_file& file, const io::model_hparams& h,
-                         const gen::decoder& dec, int64_t tokens) {
+void write_expert_report(const options& opt, const io::gguf_file& file, const io::model_hparams& h, gen::decoder& dec,
+                         int64_t tokens) {
   expert_report r;
   r.model = file.has("general.name") ? file.get_string("general.name")
                                      : std::filesystem::path(opt.model_path).filename().string();
@@ -167,8 +186,23 @@ void write_expert_report(const options& opt, const io::gguf_file& file, const io
   r.n_experts = int(h.n_experts);
   r.n_experts_used = int(h.n_experts_used);
   r.tokens = tokens;
+  if (const auto a = adaptive_k_of(opt, h)) {
+    r.adaptive_entropy_below.assign(std::begin(a->entropy_below), std::end(a->entropy_below));
+    r.adaptive_k_values.assign(std::begin(a->k_values), std::end(a->k_values));
+  }
   r.layers = dec.moe_layers();
   check(dec.expert_counts(r.counts), "reading the expert statistics");
+  std::vector<gen::expert_cache_stats> cache;
+  check(dec.expert_cache(cache), "reading the expert cache's record");
+  for (const gen::expert_cache_stats& c : cache)
+    r.cache.push_back({c.hits, c.misses, c.staged, c.host_bytes, c.promotions});
+  if (!cache.empty()) {
+    r.cache_slots = dec.expert_slots();
+    r.cache_policy =
+        "frequency: the slots hold the experts with the most selections (halved at each rebalance), "
+        "rebalanced every " +
+        std::to_string(dec.expert_rebalance_steps()) + " steps";
+  }
   if (opt.expert_stats_path) write_output("--expert-stats", *opt.expert_stats_path, expert_report_json(r));
   if (opt.expert_heatmap_path) write_output("--expert-heatmap", *opt.expert_heatmap_path, expert_heatmap_svg(r));
 }
@@ -211,15 +245,33 @@ int run_generate(const options& opt, std::ostream&) {
       throw std::runtime_error(flag + ": " + opt.model_path + " has no MoE layers (no expert selections to trace)");
   }
 
+  std::optional<ops::adaptive_k_options> adaptive = adaptive_k_of(opt, bound.hparams);
+
+  int expert_slots = -1;
+  if (opt.expert_cache) {
+    if (bound.hparams.count(models::ffn_type::moe) == 0)
+      throw std::runtime_error("--expert-cache: " + opt.model_path + " has no MoE layers");
+    expert_slots = int(std::min<int64_t>(*opt.expert_cache, bound.hparams.n_experts));
+  }
+
   gen::device_model model;
   progress_bar bar;
-  check(model.load(file, bound, [&](uint64_t d, uint64_t n) { bar(d, n); }), "loading " + opt.model_path);
+  check(model.load(
+            file, bound, [&](uint64_t d, uint64_t n) { bar(d, n); }, expert_slots),
+        "loading " + opt.model_path);
+  if (const gen::expert_store* x = model.experts())
+    std::fprintf(stderr,
+                 "q35: expert cache: %d of %d experts per MoE layer in device slots (%.1f MiB), %zu MoE layers' "
+                 "experts in pinned host memory (%.1f MiB); other weights on the device: %.1f MiB\n",
+                 x->slots(), x->n_experts(), double(x->device_bytes()) / 1048576.0, x->layers().size(),
+                 double(x->host_bytes()) / 1048576.0, double(model.weight_bytes()) / 1048576.0);
   gen::decoder_config cfg;
   cfg.n_ctx = n_ctx;
   cfg.kv_type = to_kv_type(opt.cache_type_k);
   cfg.n_batch = opt.n_batch;
   cfg.keep_all_logits = !opt.dump_logits_path.empty();
   cfg.expert_stats = !expert_files.empty();
+  cfg.moe_adaptive_k = adaptive;
   gen::decoder dec;
   check(dec.init(model, cfg), "setting up the decoder");
   t.load_s = seconds_since(t_load);
@@ -273,6 +325,19 @@ int run_generate(const options& opt, std::ostream&) {
     }
   }
   if (!expert_files.empty()) write_expert_report(opt, file, bound.hparams, dec, s.tokens_fed());
+  if (model.experts()) {
+    std::vector<gen::expert_cache_stats> cache;
+    check(dec.expert_cache(cache), "reading the expert cache's record");
+    gen::expert_cache_stats all;
+    for (const gen::expert_cache_stats& c : cache)
+      all.hits += c.hits, all.misses += c.misses, all.host_bytes += c.host_bytes, all.promotions += c.promotions;
+    std::fprintf(stderr,
+                 "q35: expert cache: hit rate %.1f%% of %llu decode selections, %.1f MiB from host memory, "
+                 "%llu promotions\n",
+                 all.hits + all.misses ? 100.0 * double(all.hits) / double(all.hits + all.misses) : 0.0,
+                 (unsigned long long)(all.hits + all.misses), double(all.host_bytes) / 1048576.0,
+                 (unsigned long long)all.promotions);
+  }
   print_timings(t, model, dec);
   return 0;
 }

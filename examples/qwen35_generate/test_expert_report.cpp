@@ -79,7 +79,7 @@ TEST_CASE("expert report: the JSON parses back with every layer's counts, total 
   CHECK(j.at("n_experts") == 8);
   CHECK(j.at("n_experts_used") == 2);
   CHECK(j.at("tokens") == 10);
-  CHECK(j.at("note").get<std::string>().find("no expert cache") != std::string::npos);
+  CHECK(j.at("note").get<std::string>().find("Every expert is resident") != std::string::npos);
   REQUIRE(j.at("layers").size() == 3);
   for (size_t i = 0; i < 3; ++i) {
     const auto& l = j.at("layers")[i];

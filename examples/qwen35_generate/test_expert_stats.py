@@ -2,7 +2,9 @@
 """--expert-stats / --expert-heatmap end to end on the sim: qwen35_generate on the tiny MoE fixtures (a
 prompt with generation, and a two-turn -cnv chat), the JSON's per-layer totals against the tokens the
 session fed (from --print-token-ids) times k, the SVG parsed as XML with one cell per layer and expert;
-bad paths and a model without MoE layers exit 1 with one line.
+bad paths and a model without MoE layers exit 1 with one line; --moe-adaptive-k: the JSON's adaptive_k block,
+each layer's total between tokens x the smallest and the largest k value, and its bad values; --expert-cache:
+the same greedy text as all resident, each layer's cache block (hits + misses + staged = total), bad values.
 
 usage: test_expert_stats.py QWEN35_GENERATE TEST_DATA_DIR WORK_DIR
 """
@@ -37,7 +39,8 @@ def fed_tokens(stderr):
     return n
 
 
-def check_session(name, model, args, n_moe_layers, stdin=None):
+def check_session(name, model, args, n_moe_layers, stdin=None, adaptive=None, cache_slots=None):
+    """adaptive: (entropy thresholds, k values) given with --moe-adaptive-k / --moe-adaptive-entropy."""
     js, svg = os.path.join(work, name + ".json"), os.path.join(work, name + ".svg")
     for f in (js, svg):
         if os.path.exists(f):
@@ -54,14 +57,33 @@ def check_session(name, model, args, n_moe_layers, stdin=None):
         fail(f"{name}: JSON tokens {j['tokens']}, the session fed {tokens}")
     if len(j["layers"]) != n_moe_layers:
         fail(f"{name}: {len(j['layers'])} layers in the JSON, the model has {n_moe_layers} MoE layers")
+    want_adaptive = None if adaptive is None else {"entropy_below": adaptive[0], "k_values": adaptive[1]}
+    if j["adaptive_k"] != want_adaptive:
+        fail(f"{name}: adaptive_k {j['adaptive_k']}, expected {want_adaptive}")
     for l in j["layers"]:
         c = l["tokens_per_expert"]
-        if len(c) != n_e or sum(c) != l["total"] or l["total"] != tokens * k:
+        if abs(l["experts_per_token"] - l["total"] / tokens) > 1e-9:
+            fail(f"{name}: layer {l['layer']}: experts_per_token {l['experts_per_token']}, total / tokens = "
+                 f"{l['total'] / tokens}")
+        if adaptive is not None:  # between the smallest and the largest k value per token
+            lo, hi = min(adaptive[1]), max(adaptive[1])
+            if len(c) != n_e or sum(c) != l["total"] or not tokens * lo <= l["total"] <= tokens * hi:
+                fail(f"{name}: layer {l['layer']}: {len(c)} counts summing to {sum(c)}, total {l['total']}, "
+                     f"expected {n_e} counts summing to between {tokens} x {lo} and x {hi}")
+        elif len(c) != n_e or sum(c) != l["total"] or l["total"] != tokens * k:
             fail(f"{name}: layer {l['layer']}: {len(c)} counts summing to {sum(c)}, total {l['total']}, "
                  f"expected {n_e} counts summing to tokens x k = {tokens} x {k}")
         cache = l["cache"]
-        if cache != {"policy": "all resident", "hits": l["total"], "misses": 0, "bytes_from_host": 0}:
-            fail(f"{name}: layer {l['layer']}: cache block {cache}")
+        if cache_slots is None:
+            if cache != {"policy": "all resident", "hits": l["total"], "misses": 0, "bytes_from_host": 0}:
+                fail(f"{name}: layer {l['layer']}: cache block {cache}")
+        elif (cache["hits"] + cache["misses"] + cache["staged"] != l["total"] or
+              cache["bytes_from_host"] <= 0 or not cache["policy"].startswith("frequency") or
+              abs(cache["hit_rate"] - cache["hits"] / max(1, cache["hits"] + cache["misses"])) > 1e-9):
+            fail(f"{name}: layer {l['layer']}: cache block {cache} (total {l['total']})")
+    if cache_slots is not None and j.get("cache_slots") != cache_slots:
+        fail(f"{name}: cache_slots {j.get('cache_slots')}, expected {cache_slots}")
+    j["_stdout"] = r.stdout
     root = ET.parse(svg).getroot()  # raises on malformed XML
     if root.tag != SVG + "svg":
         fail(f"{name}: the SVG's root is {root.tag}")
@@ -88,6 +110,19 @@ if j and (j["n_experts"], j["n_experts_used"], [l["layer"] for l in j["layers"]]
 check_session("moe_batches", moe, ["-p", "The quick brown fox jumps over the lazy dog again", "-b", "9", "-n", "3"], 4)
 check_session("interleaved_chat", inter, ["-cnv", "-p", "Hello", "-n", "3", "--no-think"], 2, stdin="And then?\n")
 
+# adaptive top-k: 1 expert below 1.0 nats, else 2 (the fixture's k; ln 8 = 2.08 is the most)
+check_session("moe_adaptive", moe,
+              ["-p", "The quick brown fox jumps over the lazy dog again", "-n", "4", "--moe-adaptive-k", "1,1,2",
+               "--moe-adaptive-entropy", "1,1.8"], 4, adaptive=([1.0, 1.8], [1, 1, 2]))
+
+# experts in host memory behind 2 device slots per layer (a prompt chunk of more than 8 tokens is staged):
+# the same greedy text as all resident, and a cache block per layer
+long_prompt = ["-p", "The quick brown fox jumps over the lazy dog again", "-n", "6", "-b", "12"]
+resident = check_session("moe_resident", moe, long_prompt, 4)
+cached = check_session("moe_cache", moe, long_prompt + ["--expert-cache", "2"], 4, cache_slots=2)
+if resident and cached and resident["_stdout"] != cached["_stdout"]:
+    fail(f"--expert-cache 2 changed the text: {cached['_stdout']!r} vs {resident['_stdout']!r}")
+
 
 def expect_fail(pattern, args):
     r = run(args)
@@ -104,6 +139,21 @@ expect_fail(r"--expert-heatmap: '.*' is a directory", ["-m", moe, "-p", "hi", "-
 expect_fail(r"--expert-stats: .*tiny_dense_q4km.gguf has no MoE layers",
             ["-m", dense, "-p", "hi", "--expert-stats", os.path.join(work, "dense.json")])
 expect_fail(r"--expert-stats traces a generation session", ["-m", moe, "--info", "--expert-stats", os.path.join(work, "i.json")])
+expect_fail(r"--expert-cache must be in 0\.\.65536", ["-m", moe, "-p", "hi", "--expert-cache", "-1"])
+expect_fail(r"--expert-cache expects an integer", ["-m", moe, "-p", "hi", "--expert-cache", "two"])
+expect_fail(r"--expert-cache: .*tiny_dense_q4km.gguf has no MoE layers", ["-m", dense, "-p", "hi", "--expert-cache", "1"])
+expect_fail(r"--expert-cache applies to generation", ["-m", moe, "--info", "--expert-cache", "1"])
+expect_fail(r"--moe-adaptive-k: k value 3 exceeds the model's qwen35moe.expert_used_count = 2",
+            ["-m", moe, "-p", "hi", "--moe-adaptive-k", "1,2,3"])
+expect_fail(r"--moe-adaptive-k: .*tiny_dense_q4km.gguf has no MoE layers", ["-m", dense, "-p", "hi", "--moe-adaptive-k", "1,1,1"])
+expect_fail(r"--moe-adaptive-k expects three k values", ["-m", moe, "-p", "hi", "--moe-adaptive-k", "1,2"])
+expect_fail(r"--moe-adaptive-k must be in 1\.\.", ["-m", moe, "-p", "hi", "--moe-adaptive-k", "0,1,2"])
+expect_fail(r"--moe-adaptive-entropy thresholds must ascend", ["-m", moe, "-p", "hi", "--moe-adaptive-k", "1,1,2",
+                                                               "--moe-adaptive-entropy", "2,1"])
+expect_fail(r"--moe-adaptive-entropy expects a number", ["-m", moe, "-p", "hi", "--moe-adaptive-k", "1,1,2",
+                                                         "--moe-adaptive-entropy", "a,1"])
+expect_fail(r"--moe-adaptive-entropy sets the thresholds of --moe-adaptive-k",
+            ["-m", moe, "-p", "hi", "--moe-adaptive-entropy", "1,2"])
 
 if failures:
     sys.exit(f"{len(failures)} expert-stats check(s) failed")

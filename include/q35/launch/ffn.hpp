@@ -19,6 +19,17 @@ struct dense_ffn_weights {
   quant::weight_view down;      // [n_embd][ff_dim] (ffn_down)
 };
 
+// Experts reached through per-expert matrix indexes (an expert cache: some experts in device slots,
+// the rest in mapped host memory): expert e's gate/up matrices are matrix gate_up[e] of the
+// gate_exps/up_exps views (data + gate_up[e] * stride), its down matrix down[e] of down_exps. The
+// decode kernels read through it; the grouped (prefill) path needs packed experts (stage them).
+struct moe_expert_index {
+  const int32_t* gate_up = nullptr;  // [n_experts], device
+  const int32_t* down = nullptr;     // [n_experts], device
+  int32_t n_virtual = 0;             // every index lies in [0, n_virtual)
+  bool empty() const { return gate_up == nullptr; }
+};
+
 struct moe_weights {
   quant::weight_view router;                // [n_experts][n_embd] (ffn_gate_inp)
   quant::weight_view gate_exps, up_exps;    // [n_experts][expert_ff_dim][n_embd] (views of a merged gate_up allowed)
@@ -26,6 +37,7 @@ struct moe_weights {
   quant::weight_view shexp_gate_inp;        // [1][n_embd] (ffn_gate_inp_shexp); empty when no shared expert
   quant::weight_view shexp_gate, shexp_up;  // [shared_ff_dim][n_embd]; empty when no shared expert
   quant::weight_view shexp_down;            // [n_embd][shared_ff_dim]; empty when no shared expert
+  moe_expert_index maybe_index;             // the experts through an index (decode path only), or empty
 };
 
 struct ffn_shape {

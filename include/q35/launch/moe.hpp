@@ -26,6 +26,7 @@
 #include "q35/kernels/moe.hpp"
 #include "q35/kernels/moe_combine.hpp"
 #include "q35/kernels/moe_group.hpp"
+#include "q35/kernels/moe_index.hpp"
 #include "q35/launch/ffn.hpp"
 #include "q35/launch/launch.hpp"
 #include "q35/launch/matmul.hpp"
@@ -130,6 +131,7 @@ namespace detail {
 struct moe_layout {
   size_t counters, logits, ids, weights, k_used, gate, act, sh_act, sh_y;
   size_t x16, act16, sh_act16;  // decode only: x, act and sh_act quantized for the GEMV engine's integer path
+  size_t index_gu, index_dn;    // decode only: the pairs' matrix indexes (moe_weights::maybe_index)
   size_t sorted_pairs, offsets, tile_starts, group_temp, y;
   size_t x8, act8;  // grouped only: x and act split for the int8 tensor-core GEMM (quant/act8x2.hpp)
   size_t mm;        // grouped only: the shared expert's matmul scratch (its activations for the tensor-core GEMM)
@@ -161,6 +163,8 @@ inline moe_layout moe_plan(const ffn_shape& s, int64_t n) {
   l.x16 = take(a16(s.n_embd, n));                                        // [n][n_embd]
   l.act16 = take(a16(s.expert_ff_dim, n * int64_t(k)));                  // [n * k][expert_ff]
   l.sh_act16 = take(s.shared_ff_dim > 0 ? a16(s.shared_ff_dim, n) : 0);  // [n][shared_ff]
+  l.index_gu = take(decode ? t * k * sizeof(int32_t) : 0);               // [n][k]
+  l.index_dn = take(decode ? t * k * sizeof(int32_t) : 0);               // [n][k]
   const size_t e1 = size_t(s.n_experts + 1), pairs = n > moe_decode_max_tokens ? t * k : 0;
   l.sorted_pairs = take(pairs * sizeof(int32_t));          // [n * k]
   l.offsets = take(pairs ? e1 * sizeof(int32_t) : 0);      // [E + 1]
@@ -239,6 +243,14 @@ inline status validate_moe(const ffn_layer_args& a, const moe_weights& w) {
     return detail::bad_ffn(fn, "shared-expert weights are given but shared_ff_dim = 0");
   }
   Q35_TRY(detail::validate_route(a.route, s.n_experts_used));
+  if (!w.maybe_index.empty()) {
+    if (!w.maybe_index.down || w.maybe_index.n_virtual < 1)
+      return detail::bad_ffn(fn, "maybe_index: down is null or n_virtual = " + str(w.maybe_index.n_virtual) + " < 1");
+    if (a.n_tokens > moe_decode_max_tokens)
+      return detail::bad_ffn(fn, str(a.n_tokens) +
+                                     " tokens take the grouped path, which reads packed experts: "
+                                     "stage the experts of an indexed layer (maybe_index) first");
+  }
   if (a.n_tokens < 0) return detail::bad_ffn(fn, "n_tokens = " + str(a.n_tokens) + " is negative");
   if (a.n_tokens == 0) return status::success();
   if (!a.x || !a.h) return detail::bad_ffn(fn, "x or h is null");
@@ -414,6 +426,21 @@ inline status moe_route(const ffn_layer_args& a, const moe_weights& w, stream_t 
   return router(r, stream);
 }
 
+// Decode with experts through an index: each pair's expert id -> its gate/up and down matrix indexes.
+template <int = 0>
+inline status moe_apply_index(const ffn_layer_args& a, const moe_weights& w, stream_t stream) {
+  const moe_buffers b = moe_buffers_of(a);
+  const kernels::moe_index_kernel::params p{b.ids,
+                                            w.maybe_index.gate_up,
+                                            w.maybe_index.down,
+                                            reinterpret_cast<int32_t*>(b.ws + b.l.index_gu),
+                                            reinterpret_cast<int32_t*>(b.ws + b.l.index_dn),
+                                            int32_t(a.n_tokens * a.shape.n_experts_used),
+                                            a.shape.n_experts,
+                                            w.maybe_index.n_virtual};
+  return launch<kernels::moe_index_kernel>(p, stream);
+}
+
 // Whether the decode kernels compute the shared expert's gate+up (down) themselves: only in the
 // routed experts' format (one instance per format, not per pair of formats).
 inline bool moe_fused_gate_up(const moe_weights& w, const ffn_shape& s) {
@@ -507,7 +534,7 @@ status run_moe_gate_up(const ffn_layer_args& a, const moe_weights& w, const moe_
   p.gate = static_cast<const uint8_t*>(w.gate_exps.data);
   p.up_offset_bytes = static_cast<const uint8_t*>(w.up_exps.data) - p.gate;
   p.expert_stride_bytes = w.gate_exps.stride_bytes();
-  p.ids = b.ids, p.act = b.act;
+  p.ids = w.maybe_index.empty() ? b.ids : reinterpret_cast<const int32_t*>(b.ws + b.l.index_gu), p.act = b.act;
   if (moe_fused_gate_up(w, s)) {
     p.maybe_sh_gate = static_cast<const uint8_t*>(w.shexp_gate.data);
     p.sh_up_offset_bytes = static_cast<const uint8_t*>(w.shexp_up.data) - p.maybe_sh_gate;
@@ -521,7 +548,8 @@ status run_moe_gate_up(const ffn_layer_args& a, const moe_weights& w, const moe_
       p.maybe_sh_act_q = const_cast<int16_t*>(sv.q), p.maybe_sh_act_groups = const_cast<quant::act16_group*>(sv.groups);
     }
   }
-  p.n_tokens = a.n_tokens, p.k = s.n_experts_used, p.n_experts = s.n_experts, p.n_embd = s.n_embd;
+  p.n_tokens = a.n_tokens, p.k = s.n_experts_used, p.n_embd = s.n_embd;
+  p.n_experts = w.maybe_index.empty() ? s.n_experts : w.maybe_index.n_virtual;  // the ids' range
   p.expert_ff = s.expert_ff_dim, p.shared_ff = s.shared_ff_dim, p.error_flag = a.error_flag;
   p.log2_lanes = moe_log2_lanes<F, Act16>(s.n_embd);
   return launch<kernel>(p, stream);
@@ -572,7 +600,8 @@ status run_moe_down(const ffn_layer_args& a, const moe_weights& w, const moe_buf
   if (Act16) p.act16 = act16_layout(b.ws + b.l.act16, s.expert_ff_dim, a.n_tokens * s.n_experts_used);
   p.down = static_cast<const uint8_t*>(w.down_exps.data);
   p.expert_stride_bytes = w.down_exps.stride_bytes();
-  p.ids = b.ids, p.weights = b.weights;
+  p.ids = w.maybe_index.empty() ? b.ids : reinterpret_cast<const int32_t*>(b.ws + b.l.index_dn);
+  p.weights = b.weights;
   if (moe_fused_down(w, s)) {
     p.maybe_sh_act = b.sh_act;
     if (Act16) p.sh_act16 = act16_layout(b.ws + b.l.sh_act16, s.shared_ff_dim, a.n_tokens);
@@ -582,7 +611,8 @@ status run_moe_down(const ffn_layer_args& a, const moe_weights& w, const moe_buf
   }
   p.maybe_sh_gate = s.shared_ff_dim > 0 ? b.gate : nullptr;
   p.h = a.h;
-  p.n_tokens = a.n_tokens, p.k = s.n_experts_used, p.n_experts = s.n_experts, p.n_embd = s.n_embd;
+  p.n_tokens = a.n_tokens, p.k = s.n_experts_used, p.n_embd = s.n_embd;
+  p.n_experts = w.maybe_index.empty() ? s.n_experts : w.maybe_index.n_virtual;  // the ids' range
   p.expert_ff = s.expert_ff_dim, p.shared_ff = s.shared_ff_dim, p.error_flag = a.error_flag;
   p.log2_lanes = moe_log2_lanes<F, Act16>(s.expert_ff_dim);
   return launch<kernel>(p, stream);
@@ -618,6 +648,7 @@ inline status moe_ffn(const ffn_layer_args& a, const moe_weights& w, stream_t st
   Q35_TRY(detail::moe_route(a, w, stream));
   if (a.n_tokens > moe_decode_max_tokens)
     return detail::moe_grouped(a, w, detail::moe_plan(a.shape, a.n_tokens), stream);
+  if (!w.maybe_index.empty()) Q35_TRY(detail::moe_apply_index(a, w, stream));
   Q35_TRY(detail::moe_decode_gate_up(a, w, stream));
   return detail::moe_decode_down(a, w, stream);
 }

@@ -1,0 +1,218 @@
+// expert_store: routed experts in pinned host memory behind per-layer device slots (see the header).
+#include "expert_store.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+namespace q35::gen {
+
+namespace {
+
+int64_t row_bytes_of(uint32_t type, int64_t cols) {
+  quant::weight_view v;
+  v.type = type, v.cols = cols;
+  return v.row_bytes();
+}
+
+// The address in [raw, raw + stride) that lies a whole number of strides from `anchor`.
+uint8_t* place_like(uint8_t* raw, const uint8_t* anchor, int64_t stride) {
+  if (!anchor) return raw;
+  const int64_t d = (reinterpret_cast<intptr_t>(anchor) - reinterpret_cast<intptr_t>(raw)) % stride;
+  return raw + (d < 0 ? d + stride : d);
+}
+
+// (p - base) / stride for a p a whole number of strides above base.
+int64_t index_of(const uint8_t* p, const uint8_t* base, int64_t stride) { return (p - base) / stride; }
+
+}  // namespace
+
+bool is_routed_expert_tensor(const io::model_weights& w, const io::tensor_info* t) {
+  if (!t) return false;
+  for (const io::layer_weights& l : w.layers)
+    if (l.ffn_kind == models::ffn_type::moe && (t == l.moe.maybe_gate_exps || t == l.moe.maybe_up_exps ||
+                                                t == l.moe.maybe_gate_up_exps || t == l.moe.down_exps))
+      return true;
+  return false;
+}
+
+status expert_store::load(const io::model_hparams& h, const io::model_weights& w, int slots) {
+  n_experts_ = int(h.n_experts);
+  if (slots < 0 || slots > n_experts_)
+    return error(status_code::invalid_argument,
+                 "expert_store: " + std::to_string(slots) +
+                     " slots per layer is outside 0..n_experts = " + std::to_string(n_experts_));
+  slots_ = slots;
+  layers_.clear();
+  layers_.reserve(w.layers.size());
+  const int E = n_experts_, S = slots;
+  for (size_t il = 0; il < w.layers.size(); ++il) {
+    const io::layer_weights& lw = w.layers[il];
+    if (lw.ffn_kind != models::ffn_type::moe) continue;
+    const io::moe_weights& m = lw.moe;
+    const bool merged = m.maybe_gate_up_exps != nullptr;
+    const io::tensor_info* g = merged ? m.maybe_gate_up_exps : m.maybe_gate_exps;
+    layers_.emplace_back();
+    layer& L = layers_.back();
+    L.index = int(il);
+    L.gate_type = g->type, L.down_type = m.down_exps->type;
+    L.n_embd = int64_t(g->ne[0]), L.ff = merged ? int64_t(g->ne[1]) / 2 : int64_t(g->ne[1]);
+    L.gate_bytes = L.ff * row_bytes_of(L.gate_type, L.n_embd);
+    L.gu_stride = 2 * L.gate_bytes;
+    L.dn_stride = L.n_embd * row_bytes_of(L.down_type, L.ff);
+    if (L.gate_bytes <= 0 || L.dn_stride <= 0)
+      return error(status_code::unsupported,
+                   "expert_store: layer " + std::to_string(il) + ": expert tensors of " + "an unsupported type");
+
+#if Q35_BACKEND_CUDA
+    // slots first: home is placed a whole number of strides from them
+    Q35_TRY(L.slot_gu_mem.allocate(size_t(S) * size_t(L.gu_stride)));
+    Q35_TRY(L.slot_dn_mem.allocate(size_t(S) * size_t(L.dn_stride)));
+    Q35_TRY(L.home_gu_mem.allocate(size_t(E + 1) * size_t(L.gu_stride)));
+    Q35_TRY(L.home_dn_mem.allocate(size_t(E + 1) * size_t(L.dn_stride)));
+    L.slot_gu = S ? L.slot_gu_mem.data() : nullptr;
+    L.slot_dn = S ? L.slot_dn_mem.data() : nullptr;
+    L.home_gu = place_like(L.home_gu_mem.data(), L.slot_gu, L.gu_stride);
+    L.home_dn = place_like(L.home_dn_mem.data(), L.slot_dn, L.dn_stride);
+#else
+    // the sim's device memory is host memory: the slots follow home in one allocation (two separate
+    // heap blocks may lie further apart than 2^31 strides of a tiny model's experts)
+    Q35_TRY(L.home_gu_mem.allocate(size_t(E + S) * size_t(L.gu_stride)));
+    Q35_TRY(L.home_dn_mem.allocate(size_t(E + S) * size_t(L.dn_stride)));
+    L.home_gu = L.home_gu_mem.data(), L.home_dn = L.home_dn_mem.data();
+    L.slot_gu = S ? L.home_gu + int64_t(E) * L.gu_stride : nullptr;
+    L.slot_dn = S ? L.home_dn + int64_t(E) * L.dn_stride : nullptr;
+#endif
+    const uint8_t* slot_gu = L.slot_gu;
+    const uint8_t* slot_dn = L.slot_dn;
+    for (int e = 0; e < E; ++e) {
+      uint8_t* dst = L.home_gu + int64_t(e) * L.gu_stride;
+      if (merged) {
+        std::memcpy(dst, g->data + int64_t(e) * L.gu_stride, size_t(L.gu_stride));
+      } else {
+        std::memcpy(dst, m.maybe_gate_exps->data + int64_t(e) * L.gate_bytes, size_t(L.gate_bytes));
+        std::memcpy(dst + L.gate_bytes, m.maybe_up_exps->data + int64_t(e) * L.gate_bytes, size_t(L.gate_bytes));
+      }
+    }
+    std::memcpy(L.home_dn, m.down_exps->data, size_t(E) * size_t(L.dn_stride));
+
+    L.base_gu = slot_gu ? std::min<const uint8_t*>(slot_gu, L.home_gu) : L.home_gu;
+    L.base_dn = slot_dn ? std::min<const uint8_t*>(slot_dn, L.home_dn) : L.home_dn;
+    int64_t top =
+        std::max(index_of(L.home_gu, L.base_gu, L.gu_stride), index_of(L.home_dn, L.base_dn, L.dn_stride)) + E;
+    if (S)
+      top =
+          std::max({top, index_of(slot_gu, L.base_gu, L.gu_stride) + S, index_of(slot_dn, L.base_dn, L.dn_stride) + S});
+    if (top >= INT32_MAX)
+      return error(status_code::unsupported, "expert_store: layer " + std::to_string(il) +
+                                                 ": host and device memory lie too far apart for 32-bit expert "
+                                                 "indexes (" +
+                                                 std::to_string(top) + " strides)");
+    L.n_virtual = int32_t(top);
+
+    L.slot_expert.assign(size_t(S), -1);
+    L.expert_slot.assign(size_t(E), -1);
+    Q35_TRY(L.index_gu.allocate(size_t(E)));
+    Q35_TRY(L.index_dn.allocate(size_t(E)));
+    Q35_TRY(L.index_gu_host.allocate(size_t(E)));
+    Q35_TRY(L.index_dn_host.allocate(size_t(E)));
+    for (int s = 0; s < S; ++s) Q35_TRY(promote(layers_.size() - 1, s, s, nullptr));
+    Q35_TRY(upload_index(L, nullptr));
+  }
+  return synchronize();
+}
+
+const expert_store::layer* expert_store::find(int il) const {
+  for (const layer& l : layers_)
+    if (l.index == il) return &l;
+  return nullptr;
+}
+
+void expert_store::indexed_views(const layer& l, launch::moe_weights& w) const {
+  w.gate_exps = {l.base_gu, l.gate_type, l.n_embd, l.ff, n_experts_, l.gu_stride};
+  w.up_exps = {l.base_gu + l.gate_bytes, l.gate_type, l.n_embd, l.ff, n_experts_, l.gu_stride};
+  w.down_exps = {l.base_dn, l.down_type, l.ff, l.n_embd, n_experts_, l.dn_stride};
+  w.maybe_index = {l.index_gu.data(), l.index_dn.data(), l.n_virtual};
+}
+
+namespace {
+size_t staged_down_offset(const expert_store::layer& l, int n_experts) {
+  return (size_t(n_experts) * size_t(l.gu_stride) + 255) / 256 * 256;
+}
+}  // namespace
+
+void expert_store::staged_views(const layer& l, uint8_t* staging, launch::moe_weights& w) const {
+  const uint8_t* dn = staging + staged_down_offset(l, n_experts_);
+  w.gate_exps = {staging, l.gate_type, l.n_embd, l.ff, n_experts_, l.gu_stride};
+  w.up_exps = {staging + l.gate_bytes, l.gate_type, l.n_embd, l.ff, n_experts_, l.gu_stride};
+  w.down_exps = {dn, l.down_type, l.ff, l.n_embd, n_experts_, l.dn_stride};
+  w.maybe_index = {};
+}
+
+uint64_t expert_store::staging_bytes() const {
+  uint64_t b = 0;
+  for (const layer& l : layers_)
+    b = std::max<uint64_t>(b, staged_down_offset(l, n_experts_) + uint64_t(n_experts_) * uint64_t(l.dn_stride));
+  return b;
+}
+
+status expert_store::stage(const layer& l, uint8_t* staging, stream_t stream) const {
+  l.staged_bytes += uint64_t(n_experts_) * uint64_t(l.gu_stride + l.dn_stride);
+  Q35_TRY(copy(staging, l.home_gu, size_t(n_experts_) * size_t(l.gu_stride), copy_kind::host_to_device, stream));
+  return copy(staging + staged_down_offset(l, n_experts_), l.home_dn, size_t(n_experts_) * size_t(l.dn_stride),
+              copy_kind::host_to_device, stream);
+}
+
+status expert_store::promote(size_t j, int e, int s, stream_t stream) {
+  layer& l = layers_[j];
+  if (e < 0 || e >= n_experts_ || s < 0 || s >= slots_)
+    return error(status_code::invalid_argument, "expert_store::promote: expert " + std::to_string(e) + " or slot " +
+                                                    std::to_string(s) + " out of range");
+  if (l.expert_slot[size_t(e)] == s) return status::success();
+  const int old = l.slot_expert[size_t(s)];
+  if (old >= 0 || l.expert_slot[size_t(e)] >= 0) {
+    // first the index names home for the slot's expert (and for e, if it moves from another slot),
+    // so that no kernel enqueued after this reads the slot while the copy below writes it
+    if (old >= 0) l.expert_slot[size_t(old)] = -1, l.slot_expert[size_t(s)] = -1;
+    if (l.expert_slot[size_t(e)] >= 0) l.slot_expert[size_t(l.expert_slot[size_t(e)])] = -1;
+    l.expert_slot[size_t(e)] = -1;
+    Q35_TRY(upload_index(l, stream));
+  }
+  uint8_t* gu = l.slot_gu + int64_t(s) * l.gu_stride;
+  uint8_t* dn = l.slot_dn + int64_t(s) * l.dn_stride;
+  Q35_TRY(copy(gu, l.home_gu + int64_t(e) * l.gu_stride, size_t(l.gu_stride), copy_kind::host_to_device, stream));
+  Q35_TRY(copy(dn, l.home_dn + int64_t(e) * l.dn_stride, size_t(l.dn_stride), copy_kind::host_to_device, stream));
+  l.slot_expert[size_t(s)] = e;
+  l.expert_slot[size_t(e)] = s;
+  return status::success();
+}
+
+status expert_store::upload_index(layer& l, stream_t stream) {
+  // the previous upload read these pinned arrays asynchronously: it must be complete
+  Q35_TRY(synchronize(stream));
+  for (int e = 0; e < n_experts_; ++e) {
+    const int s = l.expert_slot[size_t(e)];
+    const uint8_t* gu = s >= 0 ? l.slot_gu + int64_t(s) * l.gu_stride : l.home_gu + int64_t(e) * l.gu_stride;
+    const uint8_t* dn = s >= 0 ? l.slot_dn + int64_t(s) * l.dn_stride : l.home_dn + int64_t(e) * l.dn_stride;
+    l.index_gu_host[size_t(e)] = int32_t(index_of(gu, l.base_gu, l.gu_stride));
+    l.index_dn_host[size_t(e)] = int32_t(index_of(dn, l.base_dn, l.dn_stride));
+  }
+  Q35_TRY(copy(l.index_gu.data(), l.index_gu_host.data(), l.index_gu.bytes(), copy_kind::host_to_device, stream));
+  return copy(l.index_dn.data(), l.index_dn_host.data(), l.index_dn.bytes(), copy_kind::host_to_device, stream);
+}
+
+status expert_store::commit(size_t j, stream_t stream) { return upload_index(layers_[j], stream); }
+
+uint64_t expert_store::host_bytes() const {
+  uint64_t b = 0;
+  for (const layer& l : layers_) b += uint64_t(n_experts_) * uint64_t(l.gu_stride + l.dn_stride);
+  return b;
+}
+
+uint64_t expert_store::device_bytes() const {
+  uint64_t b = 0;
+  for (const layer& l : layers_) b += uint64_t(slots_) * uint64_t(l.gu_stride + l.dn_stride) + 8 * uint64_t(n_experts_);
+  return b;
+}
+
+}  // namespace q35::gen

@@ -1,0 +1,99 @@
+// expert_store: the routed experts of a model's MoE layers kept in host memory (page-locked, mapped
+// into the device's address space), with a cache of `slots` device-resident copies per layer.
+//
+// Layout per MoE layer:
+//   home   (pinned host)  expert e's gate and up matrices back to back at home_gu + e * gu_stride
+//                         (gate rows then up rows: the merged ffn_gate_up_exps layout), its down
+//                         matrix at home_dn + e * dn_stride: every expert, always valid;
+//   slots  (device)       the same layout for `slots` experts: slot_gu + s * gu_stride, slot_dn + ...
+//   index  (device int32) [n_experts] twice: expert e's gate/up is at base_gu + gate_up[e] * gu_stride,
+//                         its down at base_dn + down[e] * dn_stride, base = the lower of slots and
+//                         home; home is placed a whole number of strides from the slots, so that one
+//                         formula reaches both. launch::moe_ffn's decode kernels read through it
+//                         (launch::moe_expert_index): a miss is read from host memory over the bus by
+//                         the same kernel, with no copy and no host round trip.
+//
+// Promotion, all on the decoder's stream between steps (stream order is the fence):
+//   1. promote(): if the slot holds an expert, upload the index with that expert back home, so that
+//      no kernel enqueued afterwards reads the slot;
+//   2. promote(): copy the new expert's home matrices into the slot;
+//   3. commit(): upload the index naming the slot, after the copy is complete.
+// A kernel enqueued before step 1 has finished before the copy starts; one enqueued after step 3
+// sees the whole copy; between 1 and 3 the expert is read from home. Each index upload first waits
+// for the previous one (both read the same pinned host array).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "q35/arch/memory.hpp"
+#include "q35/io/model_weights.hpp"
+#include "q35/launch/ffn.hpp"
+
+namespace q35::gen {
+
+class expert_store {
+ public:
+  struct layer {
+    int index = 0;  // the layer's index in the file
+    uint32_t gate_type = 0, down_type = 0;
+    int64_t n_embd = 0, ff = 0;
+    int64_t gate_bytes = 0;  // one expert's gate (= up) matrix
+    int64_t gu_stride = 0;   // one expert's gate + up
+    int64_t dn_stride = 0;   // one expert's down
+    pinned_buffer<uint8_t> home_gu_mem, home_dn_mem;
+    uint8_t *home_gu = nullptr, *home_dn = nullptr;
+    device_buffer<uint8_t> slot_gu_mem, slot_dn_mem;  // (cuda; on the sim the slots follow home in home_*_mem)
+    uint8_t *slot_gu = nullptr, *slot_dn = nullptr;   // slot s at slot_gu + s * gu_stride (null: no slots)
+    const uint8_t *base_gu = nullptr, *base_dn = nullptr;
+    device_buffer<int32_t> index_gu, index_dn;
+    pinned_buffer<int32_t> index_gu_host, index_dn_host;  // the index as last uploaded
+    std::vector<int> slot_expert;                         // [slots] expert held, or -1
+    std::vector<int> expert_slot;                         // [n_experts] its slot, or -1
+    int32_t n_virtual = 0;
+    mutable uint64_t staged_bytes = 0;  // copied to staging by stage() (a record, not state)
+  };
+
+  // Copies the routed experts of every MoE layer of `w` (tensor bytes of the mapped file) into
+  // pinned host memory and allocates `slots` device slots per layer (0 .. n_experts - 1), filled
+  // with experts 0 .. slots - 1.
+  status load(const io::model_hparams& h, const io::model_weights& w, int slots);
+
+  int slots() const { return slots_; }
+  int n_experts() const { return n_experts_; }
+  const std::vector<layer>& layers() const { return layers_; }
+  // The MoE layer of file index `il`, or null.
+  const layer* find(int il) const;
+
+  // The views the decode kernels read (through the index) and the grouped path's staged views (the
+  // layer's experts copied to `staging`, packed as in home).
+  void indexed_views(const layer& l, launch::moe_weights& w) const;
+  void staged_views(const layer& l, uint8_t* staging, launch::moe_weights& w) const;
+  // Device bytes the grouped path needs to stage one layer (the largest layer).
+  uint64_t staging_bytes() const;
+  // Enqueues the copy of layer l's experts from home to `staging` on `stream`.
+  status stage(const layer& l, uint8_t* staging, stream_t stream) const;
+
+  // Copies expert e of layer position j into slot s (see the file comment), enqueued on stream; the
+  // index names the slot after commit(j).
+  status promote(size_t j, int e, int s, stream_t stream);
+  // Uploads layer position j's index (after its promotions), enqueued on stream; waits for the
+  // previous upload first (it reads pinned memory that this one rewrites).
+  status commit(size_t j, stream_t stream);
+
+  uint64_t host_bytes() const;    // home copies
+  uint64_t device_bytes() const;  // slots and indexes
+  uint64_t expert_bytes(size_t j) const { return uint64_t(layers_[j].gu_stride + layers_[j].dn_stride); }
+
+ private:
+  status upload_index(layer& l, stream_t stream);
+
+  int slots_ = 0, n_experts_ = 0;
+  std::vector<layer> layers_;
+};
+
+// Whether tensor `t` is a routed-expert tensor of a MoE layer (kept in host memory by an expert store).
+bool is_routed_expert_tensor(const io::model_weights& w, const io::tensor_info* t);
+
+}  // namespace q35::gen

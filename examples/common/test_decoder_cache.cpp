@@ -1,0 +1,190 @@
+// Host-resident experts (device_model::load with expert_slots, gen::expert_store) on the MoE fixtures:
+// logits bit-identical to the all-resident decoder with 0, 1, a few and all but one device slots, in
+// prompt chunks (the grouped path, staged) and decode steps (the kernels reading through the index),
+// with promotions every step or never, across several turns; the cache record against an independent
+// count from the router's histograms; the promotion protocol (the index names a slot only after its copy
+// is committed); the policy's choice (the highest decayed counts).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <span>
+#include <vector>
+
+#include "decoder.hpp"
+#include "q35/launch/moe.hpp"
+#include "test_model.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using namespace q35;
+using counts_t = std::vector<std::vector<uint64_t>>;
+
+// 46 token ids spread over the vocabulary
+std::vector<int32_t> turn_tokens(int64_t n_vocab) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < 46; ++i) t.push_back(int32_t((i * 89 + 7) % n_vocab));
+  return t;
+}
+
+gen::decoder_config cache_config(int rebalance) {
+  gen::decoder_config c;
+  c.n_ctx = 128, c.n_batch = 12, c.keep_all_logits = true, c.expert_stats = true;
+  c.expert_rebalance_steps = rebalance;
+  return c;
+}
+
+// The inputs of a session: turn 1, a 20-token prompt in chunks of 12 (grouped path) and 8 (decode
+// kernels) and 6 decode steps; turn 2, 8 prompt tokens (decode kernels), 10 (grouped), 2 steps.
+const size_t feeds[] = {12, 8, 1, 1, 1, 1, 1, 1, 8, 10, 1, 1};
+
+struct session {
+  std::vector<float> logits;
+  std::vector<counts_t> counts;  // the router's histograms after each feed
+  std::vector<gen::expert_cache_stats> cache;
+};
+
+session run_session(const gen::device_model& m, const gen::decoder_config& cfg, const std::vector<int32_t>& t) {
+  gen::decoder d;
+  Q35_OK(d.init(m, cfg));
+  const std::span<const int32_t> all(t);
+  session s;
+  size_t at = 0;
+  for (const size_t n : feeds) {
+    std::vector<float> rows;
+    Q35_OK(d.eval(all.subspan(at, n), &rows));
+    s.logits.insert(s.logits.end(), rows.begin(), rows.end());
+    s.counts.emplace_back();
+    Q35_OK(d.expert_counts(s.counts.back()));
+    at += n;
+  }
+  REQUIRE(at == t.size());
+  Q35_OK(d.expert_cache(s.cache));
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("decoder: host-resident experts give the all-resident logits bit for bit, any slot count" *
+          test::needs_device()) {
+  for (const char* name : test::q4km_moe_fixtures) {
+    CAPTURE(name);
+    const auto l = test::load_model(name);
+    const io::model_hparams& h = l->model.hparams();
+    const int E = int(h.n_experts);
+    std::vector<int32_t> tokens = turn_tokens(h.n_vocab);
+    const session want = run_session(l->model, cache_config(0), tokens);
+    CHECK(want.cache.empty());  // all resident: no cache
+    for (const int slots : {0, 1, 3, E - 1}) {
+      for (const int rebalance : {0, 1}) {
+        CAPTURE(slots);
+        CAPTURE(rebalance);
+        gen::device_model m;
+        Q35_OK(m.load(l->file, l->bound, {}, slots));
+        REQUIRE(m.experts() != nullptr);
+        CHECK(m.experts()->slots() == slots);
+        CHECK(m.weight_bytes() < l->model.weight_bytes());  // the experts are not on the device
+        const session got = run_session(m, cache_config(rebalance), tokens);
+        REQUIRE(got.logits.size() == want.logits.size());
+        CHECK(std::memcmp(got.logits.data(), want.logits.data(), got.logits.size() * sizeof(float)) == 0);
+        CHECK(got.counts == want.counts);
+        REQUIRE(got.cache.size() == got.counts.back().size());
+        const uint64_t k = uint64_t(h.n_experts_used);
+        for (size_t j = 0; j < got.cache.size(); ++j) {
+          CAPTURE(j);
+          const gen::expert_cache_stats& c = got.cache[j];
+          // an independent count from the histograms: staged = the selections of the chunks of more
+          // than 8 tokens; without promotions the slots hold experts 0 .. slots - 1 throughout
+          uint64_t staged = 0, decode = 0, resident = 0;
+          for (size_t f = 0; f < std::size(feeds); ++f)
+            for (int e = 0; e < E; ++e) {
+              const uint64_t d = got.counts[f][j][size_t(e)] - (f ? got.counts[f - 1][j][size_t(e)] : 0);
+              (feeds[f] > 8 ? staged : decode) += d;
+              if (feeds[f] <= 8 && e < slots) resident += d;
+            }
+          CHECK(staged == 22 * k);
+          CHECK(staged + decode == uint64_t(tokens.size()) * k);
+          CHECK(c.staged == staged);
+          CHECK(c.hits + c.misses == decode);
+          if (slots == 0) CHECK(c.hits == 0);
+          if (rebalance == 0) {
+            CHECK(c.promotions == 0);
+            CHECK(c.hits == resident);
+          } else if (slots > 0) {
+            CHECK(c.promotions > 0);
+          }
+          CHECK(c.host_bytes >= c.misses * m.experts()->expert_bytes(j));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("expert_store: the index names a slot only after commit; a slot written after it is read" *
+          test::needs_device()) {
+  const auto l = test::load_model("tiny_moe_q4km.gguf");
+  const io::model_hparams& h = l->model.hparams();
+  gen::device_model m;
+  Q35_OK(m.load(l->file, l->bound, {}, 1));
+  gen::expert_store& store = *m.experts();
+  const size_t il = size_t(store.layers()[0].index);
+  launch::ffn_shape s{int(h.n_embd),         int(h.ff_dim),        int(h.n_experts),
+                      int(h.n_experts_used), int(h.expert_ff_dim), int(h.shared_ff_dim)};
+  const std::vector<float> x = test::random_floats(size_t(h.n_embd), 77);
+  auto d_x = test::to_device(x);
+  device_buffer<uint8_t> ws;
+  Q35_OK(ws.allocate(launch::moe_workspace_bytes(s, 1)));
+  device_buffer<int> flag = test::to_device(std::vector<int>{0});
+  // h = MoE(x) for one token (decode kernels) with the given weights; ids: the token's experts
+  auto run = [&](const launch::moe_weights& w, std::vector<int32_t>* ids = nullptr) {
+    auto d_h = test::to_device(std::vector<float>(size_t(h.n_embd), 0.0f));
+    launch::ffn_layer_args a;
+    a.shape = s, a.x = d_x.data(), a.h = d_h.data(), a.n_tokens = 1;
+    a.workspace = ws.data(), a.workspace_bytes = ws.bytes(), a.error_flag = flag.data();
+    Q35_OK(launch::moe_ffn(a, w));
+    Q35_OK(synchronize());
+    if (ids) {
+      const launch::detail::moe_buffers b = launch::detail::moe_buffers_of(a);
+      ids->resize(size_t(s.n_experts_used));
+      Q35_OK(copy(ids->data(), b.ids, ids->size() * 4, copy_kind::device_to_host));
+    }
+    return test::to_host(d_h);
+  };
+  std::vector<int32_t> ids;
+  const std::vector<float> want = run(l->model.layers()[il].moe, &ids);
+  const launch::moe_weights& w = m.layers()[il].moe;
+  REQUIRE(!w.maybe_index.empty());
+  CHECK(run(w) == want);  // expert 0 in the slot, the token's experts wherever they are
+
+  // promote one of the token's experts into the slot (evicting expert 0, which the index first sends
+  // home), then spoil the slot's bytes (a copy still under way): before commit nothing reads the slot
+  const int e = ids[0] == 0 ? ids[1] : ids[0];
+  const gen::expert_store::layer& L = store.layers()[0];
+  Q35_OK(store.promote(0, e, 0, nullptr));
+  CHECK(L.slot_expert[0] == e);
+  Q35_OK(fill_bytes(L.slot_gu, 0x7f, size_t(L.gu_stride)));
+  CHECK(run(w) == want);
+  // after commit the kernels read the slot: the spoilt bytes show (so the order is what protects them)
+  Q35_OK(store.commit(0, nullptr));
+  CHECK(run(w) != want);
+  CHECK(test::to_host(flag)[0] == 0);
+  // a complete copy, committed: the slot serves the expert
+  Q35_OK(store.promote(0, (e + 1) % int(h.n_experts), 0, nullptr));
+  Q35_OK(store.promote(0, e, 0, nullptr));
+  Q35_OK(store.commit(0, nullptr));
+  CHECK(run(w) == want);
+}
+
+TEST_CASE("device_model: bad expert slot counts are refused" * test::needs_device()) {
+  const auto l = test::load_model("tiny_moe_q4km.gguf");
+  gen::device_model m;
+  Q35_OK(m.load(l->file, l->bound, {}, -1));  // -1: everything on the device
+  CHECK(m.experts() == nullptr);
+  Q35_OK(m.load(l->file, l->bound, {}, int(l->model.hparams().n_experts)));
+  CHECK(m.experts() == nullptr);  // as many slots as experts: all resident
+  const auto dense = test::load_model("tiny_dense_q4km.gguf");
+  Q35_OK(m.load(dense->file, dense->bound, {}, 0));
+  CHECK(m.experts() == nullptr);  // no MoE layers: nothing to keep in host memory
+}

@@ -1,0 +1,119 @@
+// moe_ffn with experts reached through per-expert matrix indexes (moe_weights::maybe_index, an expert
+// cache): experts scattered over arenas in shuffled order, gate/up and down with different indexes,
+// give the packed tensors' outputs bit for bit on the decode kernels (with and without adaptive top-k);
+// the grouped path refuses an index (it needs staged, packed experts).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "moe/moe_case.hpp"
+
+namespace q35 {
+namespace {
+
+struct scattered {
+  device_buffer<uint8_t> gu, dn;
+  device_buffer<int32_t> index_gu, index_dn;
+  launch::moe_weights w;
+};
+
+// c's routed experts copied into two arenas of E + 5 matrices each, expert e's gate+up at matrix
+// pg[e] (gate rows then up rows), its down at pd[e]: two independent shuffles.
+scattered scatter(const test::moe_case& c, uint32_t seed) {
+  const launch::moe_weights& w = c.weights;
+  const int E = int(w.gate_exps.n_mats);
+  const int64_t gate_bytes = w.gate_exps.rows * w.gate_exps.row_bytes();
+  const int64_t gu_stride = 2 * gate_bytes, dn_stride = w.down_exps.rows * w.down_exps.row_bytes();
+  const int V = E + 5;
+  std::mt19937 rng(seed);
+  std::vector<int32_t> pg(static_cast<size_t>(V)), pd(static_cast<size_t>(V));
+  std::iota(pg.begin(), pg.end(), 0), std::iota(pd.begin(), pd.end(), 0);
+  std::shuffle(pg.begin(), pg.end(), rng), std::shuffle(pd.begin(), pd.end(), rng);
+  pg.resize(size_t(E)), pd.resize(size_t(E));
+  scattered s;
+  Q35_REQUIRE_OK(s.gu.allocate(size_t(V) * size_t(gu_stride)));
+  Q35_REQUIRE_OK(s.dn.allocate(size_t(V) * size_t(dn_stride)));
+  Q35_REQUIRE_OK(fill_bytes(s.gu.data(), 0x7f, s.gu.bytes()));  // unused matrices: garbage
+  Q35_REQUIRE_OK(fill_bytes(s.dn.data(), 0x7f, s.dn.bytes()));
+  const auto* g = static_cast<const uint8_t*>(w.gate_exps.data);
+  const auto* u = static_cast<const uint8_t*>(w.up_exps.data);
+  const auto* d = static_cast<const uint8_t*>(w.down_exps.data);
+  for (int e = 0; e < E; ++e) {
+    uint8_t* to = s.gu.data() + pg[size_t(e)] * gu_stride;
+    Q35_REQUIRE_OK(copy(to, g + e * w.gate_exps.stride_bytes(), size_t(gate_bytes), copy_kind::device_to_device));
+    Q35_REQUIRE_OK(
+        copy(to + gate_bytes, u + e * w.up_exps.stride_bytes(), size_t(gate_bytes), copy_kind::device_to_device));
+    Q35_REQUIRE_OK(copy(s.dn.data() + pd[size_t(e)] * dn_stride, d + e * w.down_exps.stride_bytes(), size_t(dn_stride),
+                        copy_kind::device_to_device));
+  }
+  s.index_gu = test::to_device(pg), s.index_dn = test::to_device(pd);
+  s.w = w;
+  s.w.gate_exps = {s.gu.data(), w.gate_exps.type, w.gate_exps.cols, w.gate_exps.rows, E, gu_stride};
+  s.w.up_exps = {s.gu.data() + gate_bytes, w.up_exps.type, w.up_exps.cols, w.up_exps.rows, E, gu_stride};
+  s.w.down_exps = {s.dn.data(), w.down_exps.type, w.down_exps.cols, w.down_exps.rows, E, dn_stride};
+  s.w.maybe_index = {s.index_gu.data(), s.index_dn.data(), V};
+  return s;
+}
+
+test::moe_run run(const test::moe_case& c, const launch::moe_weights& w, const ops::route_options& route = {}) {
+  const test::moe_case_spec& s = c.spec;
+  device_buffer<float> x = test::to_device(c.x), h = test::to_device(c.h0);
+  device_buffer<int> flag = test::to_device(std::vector<int>{0});
+  launch::ffn_layer_args a;
+  a.shape = test::shape_of(s), a.route = route;
+  a.x = x.data(), a.h = h.data(), a.n_tokens = s.n_tokens, a.error_flag = flag.data();
+  device_buffer<uint8_t> ws = test::poisoned<uint8_t>(launch::moe_workspace_bytes(a.shape, s.n_tokens));
+  a.workspace = ws.data(), a.workspace_bytes = ws.bytes();
+  Q35_REQUIRE_OK(launch::moe_ffn(a, w));
+  return {test::to_host(h), test::to_host(flag)[0]};
+}
+
+}  // namespace
+
+TEST_CASE("moe_ffn through an expert index: scattered experts give the packed outputs bit for bit" *
+          test::needs_device()) {
+  for (const uint32_t type :
+       {uint32_t(quant::type_id::q4_k), uint32_t(quant::type_id::q6_k), uint32_t(quant::type_id::q8_0)}) {
+    for (const int64_t n_tokens : {int64_t(1), int64_t(8)}) {
+      CAPTURE(type);
+      CAPTURE(n_tokens);
+      test::moe_case_spec s;
+      s.n_experts = 16, s.k = 4, s.n_tokens = n_tokens, s.seed = 5100 + uint64_t(n_tokens) + type;
+      s.type = type, s.down_type = uint32_t(quant::type_id::q6_k);
+      const test::moe_case c = test::make_moe_case(s);
+      const scattered sc = scatter(c, uint32_t(type + n_tokens));
+      const test::moe_run want = run(c, c.weights), got = run(c, sc.w);
+      CHECK(want.error_flag == 0);
+      CHECK(got.error_flag == 0);
+      CHECK(got.h == want.h);
+      test::check_moe(c, got);  // and within the float64 reference's bound
+      ops::route_options adaptive;
+      adaptive.adaptive = true;
+      adaptive.adaptive_k.entropy_below[0] = 2.5f, adaptive.adaptive_k.entropy_below[1] = 2.7f;
+      adaptive.adaptive_k.k_values[0] = 1, adaptive.adaptive_k.k_values[1] = 2, adaptive.adaptive_k.k_values[2] = 4;
+      CHECK(run(c, sc.w, adaptive).h == run(c, c.weights, adaptive).h);
+    }
+  }
+}
+
+TEST_CASE("moe_ffn through an expert index: the grouped path and a bad index are refused" * test::needs_device()) {
+  test::moe_case_spec s;
+  s.n_experts = 8, s.k = 2, s.n_tokens = 9, s.seed = 5200;
+  const test::moe_case c = test::make_moe_case(s);
+  scattered sc = scatter(c, 3);
+  device_buffer<float> x = test::to_device(c.x), h = test::to_device(c.h0);
+  device_buffer<int> flag = test::to_device(std::vector<int>{0});
+  launch::ffn_layer_args a;
+  a.shape = test::shape_of(s), a.x = x.data(), a.h = h.data(), a.n_tokens = 9, a.error_flag = flag.data();
+  device_buffer<uint8_t> ws = test::poisoned<uint8_t>(launch::moe_workspace_bytes(a.shape, 9));
+  a.workspace = ws.data(), a.workspace_bytes = ws.bytes();
+  CHECK(launch::moe_ffn(a, sc.w).message().find("stage the experts") != std::string::npos);
+  a.n_tokens = 2;
+  sc.w.maybe_index.n_virtual = 0;
+  CHECK(launch::moe_ffn(a, sc.w).message().find("n_virtual = 0") != std::string::npos);
+}
+
+}  // namespace q35
