@@ -71,6 +71,18 @@ struct decoder_config {
   int expert_rebalance_steps = 16;
 };
 
+// The device memory a decoder allocates in init(), by kind (decoder::memory_needed before, and
+// decoder::device_memory after; the sampler's ring of recent ids, a few KB, is taken on first use).
+struct decoder_memory {
+  uint64_t kv = 0;              // the KV pool of the full-attention layers
+  uint64_t recurrent = 0;       // Gated DeltaNet state: one slot per sequence and per prefix checkpoint
+  uint64_t workspace = 0;       // the largest layer call's workspace
+  uint64_t activations = 0;     // hidden rows, normed rows (and their 16-bit form), logits
+  uint64_t other = 0;           // batch record, sampled ids, random streams, sampling workspace, router counts
+  uint64_t expert_staging = 0;  // one MoE layer's experts for the grouped path (host-resident experts)
+  uint64_t total() const { return kv + recurrent + workspace + activations + other + expert_staging; }
+};
+
 // The expert cache of one MoE layer over a session (models with host-resident experts).
 struct expert_cache_stats {
   uint64_t hits = 0;        // selections of decode-path calls served from a device slot
@@ -113,6 +125,13 @@ class decoder {
   ~decoder();
 
   status init(const device_model& m, const decoder_config& cfg);
+
+  // The device memory init() will take for a file of hyper-parameters `h` under `cfg`;
+  // expert_staging: the model's expert_store::staging_bytes() when its experts are host-resident, else 0.
+  static status memory_needed(const io::model_hparams& h, const decoder_config& cfg, uint64_t expert_staging,
+                              decoder_memory& out);
+  // What init() took (equal to memory_needed's answer for the same file and configuration).
+  decoder_memory device_memory() const;
 
   // One step: every input's tokens after its sequence's n_past(seq) tokens (distinct sequences, each
   // input 1..n_batch tokens, pages permitting). On success the last logits of each input's sequence are

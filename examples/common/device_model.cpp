@@ -23,6 +23,35 @@ const float* device_model::f32(const io::tensor_info* t) const {
   return t ? reinterpret_cast<const float*>(base_ + t->offset - shift_of(shift_, t)) : nullptr;
 }
 
+device_model::upload_plan device_model::plan_upload(const io::gguf_file& f, const io::model_weights& w,
+                                                    bool host_experts) {
+  // One copy of the data section without the host-resident experts: a tensor moves down by the
+  // extents (offset to the next tensor's, a multiple of the file's alignment) of those skipped before it.
+  upload_plan p;
+  std::vector<const io::tensor_info*> order;
+  for (const io::tensor_info& t : f.tensors()) order.push_back(&t);
+  std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
+  uint64_t skipped = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const io::tensor_info* t = order[i];
+    if (host_experts && is_routed_expert_tensor(w, t)) {
+      skipped += (i + 1 < order.size() ? order[i + 1]->offset : t->offset + t->n_bytes) - t->offset;
+      continue;
+    }
+    p.shift[t] = skipped;
+    if (!p.runs.empty() && p.runs.back().shift == skipped)
+      p.runs.back().to = std::max(p.runs.back().to, t->offset + t->n_bytes);
+    else
+      p.runs.push_back({t->offset, t->offset + t->n_bytes, skipped});
+    p.end = std::max(p.end, t->offset + t->n_bytes - skipped);
+  }
+  return p;
+}
+
+uint64_t device_model::weight_bytes_for(const io::gguf_file& f, const io::model_weights& w, bool host_experts) {
+  return plan_upload(f, w, host_experts).end;
+}
+
 status device_model::load(const io::gguf_file& f, const io::bound_model& m,
                           const std::function<void(uint64_t, uint64_t)>& progress, int expert_slots) {
   hp_ = m.hparams;
@@ -50,34 +79,14 @@ status device_model::load(const io::gguf_file& f, const io::bound_model& m,
     Q35_TRY(experts_->load(hp_, m.weights, expert_slots));
   }
 
-  // One copy of the data section without the host-resident experts: a tensor moves down by the
-  // extents (offset to the next tensor's, a multiple of the file's alignment) of those skipped before it.
-  std::vector<const io::tensor_info*> order;
-  for (const io::tensor_info& t : f.tensors()) order.push_back(&t);
-  std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
-  struct run {
-    uint64_t from, to, shift;  // file bytes [from, to) go to device offset from - shift
-  };
-  uint64_t end = 0, skipped = 0;
-  std::vector<run> runs;
-  for (size_t i = 0; i < order.size(); ++i) {
-    const io::tensor_info* t = order[i];
-    if (experts_ && is_routed_expert_tensor(m.weights, t)) {
-      skipped += (i + 1 < order.size() ? order[i + 1]->offset : t->offset + t->n_bytes) - t->offset;
-      continue;
-    }
-    shift_[t] = skipped;
-    if (!runs.empty() && runs.back().shift == skipped)
-      runs.back().to = std::max(runs.back().to, t->offset + t->n_bytes);
-    else
-      runs.push_back({t->offset, t->offset + t->n_bytes, skipped});
-    end = std::max(end, t->offset + t->n_bytes - skipped);
-  }
+  upload_plan up = plan_upload(f, m.weights, experts_ != nullptr);
+  shift_ = std::move(up.shift);
+  const uint64_t end = up.end;
   Q35_TRY(data_.allocate(size_t(end)));
   const uint8_t* src = f.tensors().empty() ? nullptr : f.tensors().front().data - f.tensors().front().offset;
   const uint64_t chunk = uint64_t(64) << 20;
   uint64_t done = 0;
-  for (const run& r : runs) {
+  for (const upload_plan::run& r : up.runs) {
     // the padding between tensors of a run goes up too (what lies between them in the file)
     for (uint64_t at = r.from; at < r.to; at += chunk) {
       const uint64_t n = std::min(chunk, r.to - at);

@@ -40,6 +40,10 @@ class device_model {
   status load(const io::gguf_file& f, const io::bound_model& m,
               const std::function<void(uint64_t, uint64_t)>& progress = {}, int expert_slots = -1);
 
+  // Device bytes load() takes for the weights of `f` (one allocation): all of them, or (host_experts)
+  // all but the routed experts of the MoE layers. The expert store's bytes come on top.
+  static uint64_t weight_bytes_for(const io::gguf_file& f, const io::model_weights& w, bool host_experts);
+
   // A model whose tensors already lie in device memory (synthetic benchmark models): each tensor_info's
   // `offset` counts from `device_base` (n_bytes in all), which the caller keeps alive as long as this object.
   status bind(const io::model_hparams& h, const io::model_weights& w, const uint8_t* device_base, uint64_t n_bytes);
@@ -55,6 +59,15 @@ class device_model {
   expert_store* experts() const { return experts_.get(); }
 
  private:
+  struct upload_plan {
+    struct run {
+      uint64_t from, to, shift;  // file bytes [from, to) go to device offset from - shift
+    };
+    std::vector<run> runs;
+    std::unordered_map<const io::tensor_info*, uint64_t> shift;
+    uint64_t end = 0;  // device bytes
+  };
+  static upload_plan plan_upload(const io::gguf_file& f, const io::model_weights& w, bool host_experts);
   quant::weight_view view(const io::tensor_info* t) const;
   const float* f32(const io::tensor_info* t) const;
   void bind_views(const io::model_weights& w);

@@ -15,12 +15,14 @@ int64_t row_bytes_of(uint32_t type, int64_t cols) {
   return v.row_bytes();
 }
 
+#if Q35_BACKEND_CUDA
 // The address in [raw, raw + stride) that lies a whole number of strides from `anchor`.
 uint8_t* place_like(uint8_t* raw, const uint8_t* anchor, int64_t stride) {
   if (!anchor) return raw;
   const int64_t d = (reinterpret_cast<intptr_t>(anchor) - reinterpret_cast<intptr_t>(raw)) % stride;
   return raw + (d < 0 ? d + stride : d);
 }
+#endif
 
 // (p - base) / stride for a p a whole number of strides above base.
 int64_t index_of(const uint8_t* p, const uint8_t* base, int64_t stride) { return (p - base) / stride; }
@@ -36,24 +38,15 @@ bool is_routed_expert_tensor(const io::model_weights& w, const io::tensor_info* 
   return false;
 }
 
-status expert_store::load(const io::model_hparams& h, const io::model_weights& w, int slots) {
-  n_experts_ = int(h.n_experts);
-  if (slots < 0 || slots > n_experts_)
-    return error(status_code::invalid_argument,
-                 "expert_store: " + std::to_string(slots) +
-                     " slots per layer is outside 0..n_experts = " + std::to_string(n_experts_));
-  slots_ = slots;
-  layers_.clear();
-  layers_.reserve(w.layers.size());
-  const int E = n_experts_, S = slots;
+status expert_layer_shapes(const io::model_weights& w, std::vector<expert_layer_shape>& out) {
+  out.clear();
   for (size_t il = 0; il < w.layers.size(); ++il) {
     const io::layer_weights& lw = w.layers[il];
     if (lw.ffn_kind != models::ffn_type::moe) continue;
     const io::moe_weights& m = lw.moe;
     const bool merged = m.maybe_gate_up_exps != nullptr;
     const io::tensor_info* g = merged ? m.maybe_gate_up_exps : m.maybe_gate_exps;
-    layers_.emplace_back();
-    layer& L = layers_.back();
+    expert_layer_shape L;
     L.index = int(il);
     L.gate_type = g->type, L.down_type = m.down_exps->type;
     L.n_embd = int64_t(g->ne[0]), L.ff = merged ? int64_t(g->ne[1]) / 2 : int64_t(g->ne[1]);
@@ -61,8 +54,35 @@ status expert_store::load(const io::model_hparams& h, const io::model_weights& w
     L.gu_stride = 2 * L.gate_bytes;
     L.dn_stride = L.n_embd * row_bytes_of(L.down_type, L.ff);
     if (L.gate_bytes <= 0 || L.dn_stride <= 0)
-      return error(status_code::unsupported,
-                   "expert_store: layer " + std::to_string(il) + ": expert tensors of " + "an unsupported type");
+      return error(status_code::unsupported, "expert_store: layer " + std::to_string(il) + ": expert tensors '" +
+                                                 g->name + "' (" + std::string(g->type_name()) + "), '" +
+                                                 m.down_exps->name + "' (" + std::string(m.down_exps->type_name()) +
+                                                 ") of an unsupported type");
+    out.push_back(L);
+  }
+  return status::success();
+}
+
+status expert_store::load(const io::model_hparams& h, const io::model_weights& w, int slots) {
+  n_experts_ = int(h.n_experts);
+  if (slots < 0 || slots > n_experts_)
+    return error(status_code::invalid_argument,
+                 "expert_store: " + std::to_string(slots) +
+                     " slots per layer is outside 0..n_experts = " + std::to_string(n_experts_));
+  slots_ = slots;
+  std::vector<expert_layer_shape> shapes;
+  Q35_TRY(expert_layer_shapes(w, shapes));
+  layers_.clear();
+  layers_.reserve(shapes.size());
+  const int E = n_experts_, S = slots;
+  for (const expert_layer_shape& shape : shapes) {
+    const int il = shape.index;
+    const io::moe_weights& m = w.layers[size_t(il)].moe;
+    const bool merged = m.maybe_gate_up_exps != nullptr;
+    const io::tensor_info* g = merged ? m.maybe_gate_up_exps : m.maybe_gate_exps;
+    layers_.emplace_back();
+    layer& L = layers_.back();
+    static_cast<expert_layer_shape&>(L) = shape;
 
 #if Q35_BACKEND_CUDA
     // slots first: home is placed a whole number of strides from them
@@ -136,7 +156,7 @@ void expert_store::indexed_views(const layer& l, launch::moe_weights& w) const {
 }
 
 namespace {
-size_t staged_down_offset(const expert_store::layer& l, int n_experts) {
+size_t staged_down_offset(const expert_layer_shape& l, int n_experts) {
   return (size_t(n_experts) * size_t(l.gu_stride) + 255) / 256 * 256;
 }
 }  // namespace
@@ -149,11 +169,15 @@ void expert_store::staged_views(const layer& l, uint8_t* staging, launch::moe_we
   w.maybe_index = {};
 }
 
-uint64_t expert_store::staging_bytes() const {
+uint64_t expert_staging_bytes(const std::vector<expert_layer_shape>& layers, int n_experts) {
   uint64_t b = 0;
-  for (const layer& l : layers_)
-    b = std::max<uint64_t>(b, staged_down_offset(l, n_experts_) + uint64_t(n_experts_) * uint64_t(l.dn_stride));
+  for (const expert_layer_shape& l : layers)
+    b = std::max<uint64_t>(b, staged_down_offset(l, n_experts) + uint64_t(n_experts) * uint64_t(l.dn_stride));
   return b;
+}
+
+uint64_t expert_store::staging_bytes() const {
+  return expert_staging_bytes(std::vector<expert_layer_shape>(layers_.begin(), layers_.end()), n_experts_);
 }
 
 status expert_store::stage(const layer& l, uint8_t* staging, stream_t stream) const {

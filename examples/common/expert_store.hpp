@@ -33,15 +33,28 @@
 
 namespace q35::gen {
 
+// The routed experts of one MoE layer as the store lays them out (known before anything is allocated:
+// what the memory planner sizes the slots with).
+struct expert_layer_shape {
+  int index = 0;  // the layer's index in the file
+  uint32_t gate_type = 0, down_type = 0;
+  int64_t n_embd = 0, ff = 0;
+  int64_t gate_bytes = 0;  // one expert's gate (= up) matrix
+  int64_t gu_stride = 0;   // one expert's gate + up
+  int64_t dn_stride = 0;   // one expert's down
+  uint64_t expert_bytes() const { return uint64_t(gu_stride + dn_stride); }
+};
+
+// The shapes of every MoE layer's routed experts in `w` (layers in file order); each layer may hold
+// its experts in its own formats.
+status expert_layer_shapes(const io::model_weights& w, std::vector<expert_layer_shape>& out);
+
+// Device bytes the grouped path needs to stage the largest of `layers` (n_experts experts each).
+uint64_t expert_staging_bytes(const std::vector<expert_layer_shape>& layers, int n_experts);
+
 class expert_store {
  public:
-  struct layer {
-    int index = 0;  // the layer's index in the file
-    uint32_t gate_type = 0, down_type = 0;
-    int64_t n_embd = 0, ff = 0;
-    int64_t gate_bytes = 0;  // one expert's gate (= up) matrix
-    int64_t gu_stride = 0;   // one expert's gate + up
-    int64_t dn_stride = 0;   // one expert's down
+  struct layer : expert_layer_shape {
     pinned_buffer<uint8_t> home_gu_mem, home_dn_mem;
     uint8_t *home_gu = nullptr, *home_dn = nullptr;
     device_buffer<uint8_t> slot_gu_mem, slot_dn_mem;  // (cuda; on the sim the slots follow home in home_*_mem)

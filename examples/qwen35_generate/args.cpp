@@ -10,6 +10,8 @@
 #include <string_view>
 #include <utility>
 
+#include "memory_plan.hpp"
+
 namespace q35::cli {
 
 namespace {
@@ -184,6 +186,14 @@ const std::vector<flag>& flags() {
       {{"--expert-cache"},
        "N",
        [](options& o, const std::string& n, const std::string& v) { o.expert_cache = parse_int(n, v, 0, 65536); }},
+      {{"--vram"},
+       "SIZE",
+       [](options& o, const std::string& n, const std::string& v) {
+         o.vram = gen::parse_memory_size(v);
+         if (!o.vram)
+           throw usage_error(n + " expects a size in bytes with an optional K, M, G or T suffix (e.g. 24G, 16000M), " +
+                             "got '" + v + "'");
+       }},
       {{"--moe-adaptive-k"},
        "K1,K2,K3",
        [](options& o, const std::string& n, const std::string& v) { o.moe_adaptive_k = parse_adaptive_k(n, v); }},
@@ -247,6 +257,7 @@ options parse_args(const std::vector<std::string>& args) {
     throw usage_error("--moe-adaptive-entropy sets the thresholds of --moe-adaptive-k: add it");
   if (o.expert_cache && o.cmd != command::generate)
     throw usage_error("--expert-cache applies to generation (-p, -f, -cnv)");
+  if (o.vram && o.cmd != command::generate) throw usage_error("--vram applies to generation (-p, -f, -cnv)");
   if (o.moe_adaptive_k && o.cmd != command::generate)
     throw usage_error("--moe-adaptive-k applies to generation (-p, -f, -cnv)");
   return o;
@@ -312,7 +323,12 @@ std::string usage(const std::string& program) {
          "  --expert-cache N       MoE models: keep the routed experts in pinned host memory and N of each\n"
          "                         MoE layer's experts in device slots (the most used, promoted as the session\n"
          "                         goes); the decode kernels read the others over the bus. N >= expert_count:\n"
-         "                         every expert on the device (the default)\n"
+         "                         every expert on the device. Default: as many as --vram holds\n"
+         "  --vram SIZE            device memory q35 may use (24G, 16000M, 1.5GiB; K/M/G/T are powers of\n"
+         "                         1024). Weights but the routed experts, KV cache, state and workspaces go\n"
+         "                         first; then every routed expert if all fit, else as many slots per MoE\n"
+         "                         layer as fit, the rest in pinned host memory. Default: the device's free\n"
+         "                         memory less max(512 MiB, 4%) (the sim: no limit)\n"
          "  --moe-adaptive-k K1,K2,K3\n"
          "                         MoE models: fewer experts when the router is sure: a token whose routing\n"
          "                         entropy is below H1 uses K1 experts, below H2 K2, else K3 (each at most the\n"

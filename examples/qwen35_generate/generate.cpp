@@ -14,6 +14,7 @@
 #include "decoder.hpp"
 #include "device_model.hpp"
 #include "expert_report.hpp"
+#include "memory_plan.hpp"
 #include "model_loader.hpp"
 #include "prompt_cache.hpp"
 #include "q35/io/chat_template.hpp"
@@ -247,24 +248,8 @@ int run_generate(const options& opt, std::ostream&) {
 
   std::optional<ops::adaptive_k_options> adaptive = adaptive_k_of(opt, bound.hparams);
 
-  int expert_slots = -1;
-  if (opt.expert_cache) {
-    if (bound.hparams.count(models::ffn_type::moe) == 0)
-      throw std::runtime_error("--expert-cache: " + opt.model_path + " has no MoE layers");
-    expert_slots = int(std::min<int64_t>(*opt.expert_cache, bound.hparams.n_experts));
-  }
-
-  gen::device_model model;
-  progress_bar bar;
-  check(model.load(
-            file, bound, [&](uint64_t d, uint64_t n) { bar(d, n); }, expert_slots),
-        "loading " + opt.model_path);
-  if (const gen::expert_store* x = model.experts())
-    std::fprintf(stderr,
-                 "q35: expert cache: %d of %d experts per MoE layer in device slots (%.1f MiB), %zu MoE layers' "
-                 "experts in pinned host memory (%.1f MiB); other weights on the device: %.1f MiB\n",
-                 x->slots(), x->n_experts(), double(x->device_bytes()) / 1048576.0, x->layers().size(),
-                 double(x->host_bytes()) / 1048576.0, double(model.weight_bytes()) / 1048576.0);
+  if (opt.expert_cache && bound.hparams.count(models::ffn_type::moe) == 0)
+    throw std::runtime_error("--expert-cache: " + opt.model_path + " has no MoE layers");
   gen::decoder_config cfg;
   cfg.n_ctx = n_ctx;
   cfg.kv_type = to_kv_type(opt.cache_type_k);
@@ -272,6 +257,19 @@ int run_generate(const options& opt, std::ostream&) {
   cfg.keep_all_logits = !opt.dump_logits_path.empty();
   cfg.expert_stats = !expert_files.empty();
   cfg.moe_adaptive_k = adaptive;
+
+  // The memory plan: the non-expert part first, then every routed expert or as many slots as fit.
+  const uint64_t budget = opt.vram ? *opt.vram : gen::default_memory_budget();
+  gen::memory_plan plan;
+  check(gen::plan_memory(file, bound.hparams, bound.weights, cfg, budget, opt.expert_cache, plan),
+        opt.vram ? "--vram " + gen::format_bytes(budget) : std::string("the device's free memory"));
+  if (opt.vram || plan.host_experts()) std::fprintf(stderr, "q35: memory plan: %s\n", plan.describe().c_str());
+
+  gen::device_model model;
+  progress_bar bar;
+  check(model.load(
+            file, bound, [&](uint64_t d, uint64_t n) { bar(d, n); }, plan.slots),
+        "loading " + opt.model_path);
   gen::decoder dec;
   check(dec.init(model, cfg), "setting up the decoder");
   t.load_s = seconds_since(t_load);

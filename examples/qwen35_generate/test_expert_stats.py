@@ -4,7 +4,8 @@ prompt with generation, and a two-turn -cnv chat), the JSON's per-layer totals a
 session fed (from --print-token-ids) times k, the SVG parsed as XML with one cell per layer and expert;
 bad paths and a model without MoE layers exit 1 with one line; --moe-adaptive-k: the JSON's adaptive_k block,
 each layer's total between tokens x the smallest and the largest k value, and its bad values; --expert-cache:
-the same greedy text as all resident, each layer's cache block (hits + misses + staged = total), bad values.
+the same greedy text as all resident, each layer's cache block (hits + misses + staged = total), bad values;
+--vram: below the floor (one line, both numbers), at the floor (0 slots, the same text), roomy (all resident).
 
 usage: test_expert_stats.py QWEN35_GENERATE TEST_DATA_DIR WORK_DIR
 """
@@ -123,6 +124,25 @@ cached = check_session("moe_cache", moe, long_prompt + ["--expert-cache", "2"], 
 if resident and cached and resident["_stdout"] != cached["_stdout"]:
     fail(f"--expert-cache 2 changed the text: {cached['_stdout']!r} vs {resident['_stdout']!r}")
 
+# --vram: a budget below what the model needs with every routed expert in host memory is one line naming
+# both byte counts; exactly that much gives 0 slots (every expert read from host memory) and the resident
+# text; a budget that holds everything keeps every expert on the device
+stats_args = ["--temp", "0", "--expert-stats", os.path.join(work, "vram.json")]
+r = run(["-m", moe] + long_prompt + stats_args + ["--vram", "1M"])
+need = re.search(r"budget of 1\.00 MiB \(1048576 bytes\) is below the [0-9.]+ MiB \((\d+) bytes\)", r.stderr)
+if r.returncode != 1 or len(r.stderr.splitlines()) != 1 or not need:
+    fail(f"--vram 1M: expected exit 1 and one line naming both numbers, got rc={r.returncode} {r.stderr!r}")
+else:
+    floor = check_session("moe_vram_floor", moe, long_prompt + ["--vram", need.group(1)], 4, cache_slots=0)
+    if resident and floor and resident["_stdout"] != floor["_stdout"]:
+        fail(f"--vram {need.group(1)} changed the text: {floor['_stdout']!r} vs {resident['_stdout']!r}")
+    r = run(["-m", moe] + long_prompt + stats_args + ["--vram", str(int(need.group(1)) - 1)])
+    if r.returncode != 1 or "is below the" not in r.stderr:
+        fail(f"--vram one byte below the floor: rc={r.returncode} {r.stderr!r}")
+roomy = check_session("moe_vram_all", moe, long_prompt + ["--vram", "1G"], 4)
+if resident and roomy and resident["_stdout"] != roomy["_stdout"]:
+    fail("--vram 1G changed the text")
+
 
 def expect_fail(pattern, args):
     r = run(args)
@@ -143,6 +163,11 @@ expect_fail(r"--expert-cache must be in 0\.\.65536", ["-m", moe, "-p", "hi", "--
 expect_fail(r"--expert-cache expects an integer", ["-m", moe, "-p", "hi", "--expert-cache", "two"])
 expect_fail(r"--expert-cache: .*tiny_dense_q4km.gguf has no MoE layers", ["-m", dense, "-p", "hi", "--expert-cache", "1"])
 expect_fail(r"--expert-cache applies to generation", ["-m", moe, "--info", "--expert-cache", "1"])
+expect_fail(r"--vram expects a size in bytes .*got '0'", ["-m", moe, "-p", "hi", "--vram", "0"])
+expect_fail(r"--vram expects a size in bytes .*got '24X'", ["-m", moe, "-p", "hi", "--vram", "24X"])
+expect_fail(r"--vram applies to generation", ["-m", moe, "--info", "--vram", "24G"])
+expect_fail(r"--vram 1\.00 MiB: memory plan: the model \(no MoE layers.*needs .* bytes\) of device memory, above the budget",
+            ["-m", dense, "-p", "hi", "--vram", "1M"])
 expect_fail(r"--moe-adaptive-k: k value 3 exceeds the model's qwen35moe.expert_used_count = 2",
             ["-m", moe, "-p", "hi", "--moe-adaptive-k", "1,2,3"])
 expect_fail(r"--moe-adaptive-k: .*tiny_dense_q4km.gguf has no MoE layers", ["-m", dense, "-p", "hi", "--moe-adaptive-k", "1,1,1"])

@@ -37,6 +37,7 @@
 #include "api.hpp"
 #include "decoder.hpp"
 #include "device_model.hpp"
+#include "memory_plan.hpp"
 #include "model_loader.hpp"
 #include "q35/io/gguf.hpp"
 #include "q35/io/stream_decoder.hpp"
@@ -60,7 +61,9 @@ struct options {
   int timeout_s = 600;
   size_t max_queue = 64;
   bool batch_invariant = true;
-  int prefix_cache = 16;  // prefix checkpoints kept (0: no prefix reuse)
+  int prefix_cache = 16;                // prefix checkpoints kept (0: no prefix reuse)
+  std::optional<uint64_t> vram;         // device memory budget (bytes)
+  std::optional<int64_t> expert_cache;  // device slots per MoE layer
 };
 
 const char* usage_text =
@@ -79,7 +82,11 @@ const char* usage_text =
     "  --no-batch-invariant   faster batches whose rows may differ in the last bits with their company\n"
     "  --prefix-cache N       prefix checkpoints kept for reuse across requests, each one recurrent state\n"
     "                         in device memory (size printed at start) and the KV pages of its tokens\n"
-    "                         (default 16; 0: off)\n";
+    "                         (default 16; 0: off)\n"
+    "  --vram SIZE            device memory q35 may use (24G, 16000M); MoE models whose experts do not all\n"
+    "                         fit keep them in pinned host memory behind as many device slots per layer as\n"
+    "                         fit (default: the device's free memory less max(512 MiB, 4%); the sim: no limit)\n"
+    "  --expert-cache N       MoE models: N device slots per MoE layer, the other experts in host memory\n";
 
 [[noreturn]] void bad_usage(const std::string& m) { throw std::invalid_argument(m); }
 
@@ -132,6 +139,13 @@ options parse_args(int argc, char** argv) {
       o.max_queue = size_t(parse_int(a, value(), 1, 1 << 20));
     } else if (a == "--prefix-cache") {
       o.prefix_cache = int(parse_int(a, value(), 0, 4096));
+    } else if (a == "--vram") {
+      const std::string v = value();
+      o.vram = gen::parse_memory_size(v);
+      if (!o.vram)
+        bad_usage(a + ": '" + v + "' is not a size in bytes with an optional K, M, G or T suffix (e.g. 24G)");
+    } else if (a == "--expert-cache") {
+      o.expert_cache = parse_int(a, value(), 0, 65536);
     } else if (a == "--no-batch-invariant") {
       o.batch_invariant = false;
     } else {
@@ -531,12 +545,20 @@ int run(const options& opt) {
   if (n_ctx > model_ctx)
     throw std::invalid_argument("-c " + std::to_string(n_ctx) + " exceeds the model's context length " +
                                 std::to_string(model_ctx) + " (" + bound.hparams.arch + ".context_length)");
-  gen::device_model model;
-  check(model.load(file, bound), "loading " + opt.model_path);
+  if (opt.expert_cache && bound.hparams.count(models::ffn_type::moe) == 0)
+    throw std::invalid_argument("--expert-cache: " + opt.model_path + " has no MoE layers");
   gen::decoder_config cfg;
   cfg.n_ctx = n_ctx, cfg.n_seq_max = opt.n_parallel, cfg.kv_type = to_kv_type(opt.cache_type_k);
   cfg.n_batch = std::min(opt.n_batch, n_ctx), cfg.batch_invariant = opt.batch_invariant;
   cfg.n_prefix_slots = opt.prefix_cache;
+  // the memory plan (gen::plan_memory): every routed expert on the device if all fit, else slots
+  gen::memory_plan plan;
+  check(gen::plan_memory(file, bound.hparams, bound.weights, cfg, opt.vram ? *opt.vram : gen::default_memory_budget(),
+                         opt.expert_cache, plan),
+        opt.vram ? "--vram " + gen::format_bytes(*opt.vram) : std::string("the device's free memory"));
+  if (opt.vram || plan.host_experts()) std::cerr << "qwen35_server: memory plan: " << plan.describe() << std::endl;
+  gen::device_model model;
+  check(model.load(file, bound, {}, plan.slots), "loading " + opt.model_path);
   gen::decoder dec;
   check(dec.init(model, cfg), "setting up the decoder");
 

@@ -89,6 +89,12 @@ inline status check_shape(const kv_pool_shape& s) {
   return status::success();
 }
 
+// Bytes of the one allocation a kv_pool of shape `s` holds: every layer's K and V pages.
+inline size_t kv_pool_bytes(const kv_pool_shape& s) {
+  const size_t eb = kv_type_bytes(s.type);
+  return size_t(s.n_layers) * size_t(s.n_pages) * size_t(page_elems(s, s.head_dim) + page_elems(s, s.value_dim)) * eb;
+}
+
 class kv_pool {
  public:
   // One device allocation of n_layers * n_pages * page_tokens * n_kv_heads * (head_dim + value_dim)
@@ -98,7 +104,7 @@ class kv_pool {
     const size_t eb = kv_type_bytes(s.type);
     k_bytes_ = size_t(s.n_pages) * size_t(page_elems(s, s.head_dim)) * eb;
     v_bytes_ = size_t(s.n_pages) * size_t(page_elems(s, s.value_dim)) * eb;
-    Q35_TRY(mem_.allocate(size_t(s.n_layers) * (k_bytes_ + v_bytes_)));
+    Q35_TRY(mem_.allocate(kv_pool_bytes(s)));
     shape_ = s;
     return status::success();
   }

@@ -37,6 +37,8 @@ struct gdn_state_shape {
   Q35_HOST_DEVICE int64_t ssm_floats() const { return int64_t(n_v_heads) * v_head_dim * k_head_dim; }
   // conv then ssm, padded to a multiple of 4 floats so that every ssm state is 16-byte aligned
   Q35_HOST_DEVICE int64_t layer_slot_floats() const { return (conv_floats() + 3) / 4 * 4 + ssm_floats(); }
+  // Bytes of the pool: every slot of every layer.
+  size_t bytes() const { return size_t(n_slots) * size_t(n_layers) * size_t(layer_slot_floats()) * sizeof(float); }
 };
 
 // One layer's state for all slots, as the kernels see it (device memory).
@@ -77,7 +79,7 @@ class recurrent_state_pool {
       return bad("head dims " + std::to_string(s.k_head_dim) + ", " + std::to_string(s.v_head_dim) +
                  " must be positive multiples of 4");
     if (s.conv_kernel < 1) return bad("conv_kernel = " + std::to_string(s.conv_kernel) + " must be >= 1");
-    Q35_TRY(buf_.allocate(size_t(s.n_slots) * size_t(s.n_layers) * size_t(s.layer_slot_floats())));
+    Q35_TRY(buf_.allocate(s.bytes() / sizeof(float)));
     shape_ = s;
     Q35_TRY(fill_bytes(buf_.data(), 0, buf_.bytes()));
     return synchronize();

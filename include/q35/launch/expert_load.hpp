@@ -52,6 +52,7 @@ class expert_load {
     n_expert_ = n_experts;
     return reset();
   }
+  size_t bytes() const { return counts_.bytes(); }  // device memory held
   // The histogram to pass as router_args::maybe_expert_counts for `layer`: [n_experts].
   uint64_t* counts(int layer) { return counts_.data() + size_t(layer) * size_t(n_expert_); }
 

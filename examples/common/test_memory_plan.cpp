@@ -1,0 +1,264 @@
+// The memory planner (--vram) and the decoder's memory estimate: decoder::memory_needed equals what
+// init() takes, kind by kind, over configurations and fixtures; the plan's device bytes equal what the
+// model, its expert store and the decoder then allocate; budgets that hold everything, only the
+// non-expert part (0 slots), a few slots, less than the non-expert part (the error, naming both
+// numbers); fixed slot counts; a file whose experts are in different formats per layer (tiny_moe_q4km:
+// Q4_K down in layers 0-1, Q6_K in 2-3); the size parser.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "decoder.hpp"
+#include "expert_store.hpp"
+#include "memory_plan.hpp"
+#include "test_model.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using namespace q35;
+
+void check_same(const gen::decoder_memory& a, const gen::decoder_memory& b) {
+  CHECK(a.kv == b.kv);
+  CHECK(a.recurrent == b.recurrent);
+  CHECK(a.workspace == b.workspace);
+  CHECK(a.activations == b.activations);
+  CHECK(a.other == b.other);
+  CHECK(a.expert_staging == b.expert_staging);
+}
+
+std::vector<gen::decoder_config> configs() {
+  std::vector<gen::decoder_config> v(5);
+  v[1].n_ctx = 300, v[1].n_seq_max = 3, v[1].n_prefix_slots = 2, v[1].n_batch = 7, v[1].keep_all_logits = true;
+  v[2].n_ctx = 256, v[2].n_seq_max = 12, v[2].batch_invariant = true, v[2].n_batch = 1000;  // n_batch > n_ctx
+  v[3].n_ctx = 64, v[3].n_batch = 1, v[3].kv_type = kv::kv_type::f32;
+  v[4].n_ctx = 128, v[4].n_batch = 12, v[4].expert_stats = true;
+  return v;
+}
+
+// Device bytes the model, its expert store and the decoder hold.
+uint64_t device_bytes(const gen::device_model& m, const gen::decoder& d) {
+  return m.weight_bytes() + (m.experts() ? m.experts()->device_bytes() : 0) + d.device_memory().total();
+}
+
+// 30 ids spread over the vocabulary.
+std::vector<int32_t> some_tokens(int64_t n_vocab) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < 30; ++i) t.push_back(int32_t((i * 37 + 11) % n_vocab));
+  return t;
+}
+
+// Logits of a 20-token prompt in chunks of 12 (grouped path) and 8, then 10 decode steps.
+std::vector<float> run(const gen::device_model& m, const gen::decoder_config& cfg) {
+  gen::decoder d;
+  Q35_OK(d.init(m, cfg));
+  const std::vector<int32_t> t = some_tokens(m.hparams().n_vocab);
+  std::vector<float> all;
+  size_t at = 0;
+  for (const size_t n : {12, 8, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}) {
+    std::vector<float> rows;
+    Q35_OK(d.eval(std::span<const int32_t>(t).subspan(at, n), &rows));
+    all.insert(all.end(), rows.begin(), rows.end());
+    at += n;
+  }
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("decoder: memory_needed is what init takes, by kind") {
+  for (const char* name : test::q4km_fixtures) {
+    const auto l = test::load_model(name);
+    const io::model_hparams& h = l->model.hparams();
+    for (const gen::decoder_config& cfg : configs()) {
+      CAPTURE(name);
+      CAPTURE(cfg.n_seq_max);
+      gen::decoder d;
+      Q35_OK(d.init(l->model, cfg));
+      gen::decoder_memory need;
+      Q35_OK(gen::decoder::memory_needed(h, cfg, 0, need));
+      check_same(need, d.device_memory());
+      CHECK(need.kv == d.kv_bytes());
+      CHECK(need.expert_staging == 0);
+    }
+  }
+  // host-resident experts: the staging area (prompt chunks past 8 rows) and the router's counts
+  for (const char* name : test::q4km_moe_fixtures) {
+    const auto l = test::load_model(name);
+    gen::device_model m;
+    Q35_OK(m.load(l->file, l->bound, {}, 2));
+    REQUIRE(m.experts());
+    std::vector<gen::expert_layer_shape> shapes;
+    Q35_OK(gen::expert_layer_shapes(l->bound.weights, shapes));
+    CHECK(gen::expert_staging_bytes(shapes, int(m.hparams().n_experts)) == m.experts()->staging_bytes());
+    for (const gen::decoder_config& cfg : configs()) {
+      CAPTURE(name);
+      CAPTURE(cfg.n_batch);
+      gen::decoder d;
+      Q35_OK(d.init(m, cfg));
+      gen::decoder_memory need;
+      Q35_OK(gen::decoder::memory_needed(m.hparams(), cfg, m.experts()->staging_bytes(), need));
+      check_same(need, d.device_memory());
+      CHECK((need.expert_staging > 0) == (std::max(std::min(cfg.n_batch, cfg.n_ctx), int64_t(cfg.n_seq_max)) > 8));
+    }
+  }
+}
+
+TEST_CASE("memory plan: budgets from all resident down to below the non-expert part") {
+  for (const char* name : test::q4km_moe_fixtures) {
+    CAPTURE(name);
+    const auto l = test::load_model(name);
+    const io::model_hparams& h = l->model.hparams();
+    const int E = int(h.n_experts);
+    gen::decoder_config cfg;
+    cfg.n_ctx = 128, cfg.n_batch = 12;
+
+    // one slot in every MoE layer: the expert tensors' bytes over the expert count, summed over layers
+    uint64_t expert_tensor_bytes = 0;
+    for (const io::layer_weights& lw : l->bound.weights.layers)
+      if (lw.ffn_kind == models::ffn_type::moe)
+        for (const io::tensor_info* t :
+             {lw.moe.maybe_gate_exps, lw.moe.maybe_up_exps, lw.moe.maybe_gate_up_exps, lw.moe.down_exps})
+          if (t) expert_tensor_bytes += t->n_bytes;
+
+    // no limit: every expert on the device, as load() without slots lays it out
+    gen::memory_plan all;
+    Q35_OK(gen::plan_memory(l->file, h, l->bound.weights, cfg, UINT64_MAX, std::nullopt, all));
+    CHECK(all.slots == -1);
+    CHECK(all.slot_bytes * uint64_t(E) == expert_tensor_bytes);
+    CHECK(all.experts == expert_tensor_bytes);
+    CHECK(all.host_bytes() == 0);
+    {
+      gen::decoder d;
+      Q35_OK(d.init(l->model, cfg));
+      CHECK(all.weights + all.expert_device_bytes() == l->model.weight_bytes());
+      CHECK(all.resident_experts >= expert_tensor_bytes);
+      CHECK(all.device_bytes() == device_bytes(l->model, d));
+    }
+    // exactly enough for everything; one byte less puts the experts in host memory
+    gen::memory_plan exact;
+    Q35_OK(gen::plan_memory(l->file, h, l->bound.weights, cfg, all.device_bytes(), std::nullopt, exact));
+    CHECK(exact.slots == -1);
+    gen::memory_plan less;
+    Q35_OK(gen::plan_memory(l->file, h, l->bound.weights, cfg, all.device_bytes() - 1, std::nullopt, less));
+    CHECK(less.host_experts());
+    CHECK(less.slots <= E - 1);
+    CHECK(less.host_bytes() == expert_tensor_bytes);
+    CHECK(less.device_bytes() <= all.device_bytes() - 1);
+
+    // the non-expert part alone: 0 slots; and a few slots' worth
+    gen::memory_plan none;
+    Q35_OK(gen::plan_memory(l->file, h, l->bound.weights, cfg, UINT64_MAX, int64_t(0), none));
+    const uint64_t fixed = none.device_bytes();
+    CHECK(fixed < all.device_bytes());
+    for (const int want : {0, 1, 3, E - 1}) {
+      CAPTURE(want);
+      for (const uint64_t extra : {uint64_t(0), none.slot_bytes - 1}) {
+        // a budget that holds every expert on the device (the staging area and the index cost more
+        // than the last slots) gets them all there
+        const uint64_t budget = fixed + uint64_t(want) * none.slot_bytes + extra;
+        gen::memory_plan p;
+        Q35_OK(gen::plan_memory(l->file, h, l->bound.weights, cfg, budget, std::nullopt, p));
+        CHECK(p.slots == (budget >= all.device_bytes() ? -1 : want));
+      }
+      if (fixed + uint64_t(want) * none.slot_bytes >= all.device_bytes()) continue;
+      // what the plan says is what the model, its store and the decoder allocate
+      gen::memory_plan p;
+      Q35_OK(gen::plan_memory(l->file, h, l->bound.weights, cfg, fixed + uint64_t(want) * none.slot_bytes, std::nullopt,
+                              p));
+      gen::device_model m;
+      Q35_OK(m.load(l->file, l->bound, {}, p.slots));
+      REQUIRE(m.experts());
+      CHECK(m.experts()->slots() == want);
+      gen::decoder d;
+      Q35_OK(d.init(m, cfg));
+      CHECK(p.weights == m.weight_bytes());
+      CHECK(p.expert_device_bytes() == m.experts()->device_bytes());
+      CHECK(p.host_bytes() == m.experts()->host_bytes());
+      CHECK(p.device_bytes() == device_bytes(m, d));
+    }
+
+    // below the non-expert part: an error that names both numbers
+    gen::memory_plan bad;
+    const status st = gen::plan_memory(l->file, h, l->bound.weights, cfg, fixed - 1, std::nullopt, bad);
+    CHECK(st.code() == status_code::out_of_memory);
+    CHECK(st.message().find(std::to_string(fixed - 1) + " bytes") != std::string::npos);
+    CHECK(st.message().find(std::to_string(fixed) + " bytes") != std::string::npos);
+
+    // fixed slot counts (--expert-cache): as asked, checked against the budget; >= E: all resident
+    gen::memory_plan three;
+    Q35_OK(gen::plan_memory(l->file, h, l->bound.weights, cfg, UINT64_MAX, int64_t(3), three));
+    CHECK(three.slots == 3);
+    CHECK(three.device_bytes() == fixed + 3 * none.slot_bytes);
+    CHECK(gen::plan_memory(l->file, h, l->bound.weights, cfg, three.device_bytes() - 1, int64_t(3), bad).code() ==
+          status_code::out_of_memory);
+    gen::memory_plan every;
+    Q35_OK(gen::plan_memory(l->file, h, l->bound.weights, cfg, UINT64_MAX, int64_t(E + 5), every));
+    CHECK(every.slots == -1);
+    CHECK(every.device_bytes() == all.device_bytes());
+    const status st_all = gen::plan_memory(l->file, h, l->bound.weights, cfg, all.device_bytes() - 1, int64_t(E), bad);
+    CHECK(st_all.code() == status_code::out_of_memory);
+    CHECK(st_all.message().find("--expert-cache") != std::string::npos);
+  }
+}
+
+TEST_CASE("memory plan: a planned model decodes as the all-resident one (experts in two formats)") {
+  // tiny_moe_q4km's experts: Q4_K gate/up everywhere, down Q4_K in layers 0-1 and Q6_K in layers 2-3
+  const auto l = test::load_model("tiny_moe_q4km.gguf");
+  std::vector<gen::expert_layer_shape> shapes;
+  Q35_OK(gen::expert_layer_shapes(l->bound.weights, shapes));
+  REQUIRE(shapes.size() == 4);
+  CHECK(shapes[0].down_type == uint32_t(io::ggml_type::q4_k));
+  CHECK(shapes[3].down_type == uint32_t(io::ggml_type::q6_k));
+  CHECK(shapes[0].dn_stride < shapes[3].dn_stride);
+
+  gen::decoder_config cfg;
+  cfg.n_ctx = 64, cfg.n_batch = 12, cfg.keep_all_logits = true;
+  gen::memory_plan none;
+  Q35_OK(gen::plan_memory(l->file, l->model.hparams(), l->bound.weights, cfg, UINT64_MAX, int64_t(0), none));
+  gen::memory_plan p;
+  Q35_OK(gen::plan_memory(l->file, l->model.hparams(), l->bound.weights, cfg,
+                          none.device_bytes() + 2 * none.slot_bytes + none.slot_bytes / 2, std::nullopt, p));
+  REQUIRE(p.slots == 2);
+  gen::device_model m;
+  Q35_OK(m.load(l->file, l->bound, {}, p.slots));
+  const std::vector<float> want = run(l->model, cfg);
+  const std::vector<float> got = run(m, cfg);
+  REQUIRE(got.size() == want.size());
+  CHECK(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0);
+}
+
+TEST_CASE("memory plan: a model without MoE layers either fits or is an error") {
+  const auto l = test::load_model("tiny_dense_q4km.gguf");
+  gen::decoder_config cfg;
+  cfg.n_ctx = 128;
+  gen::memory_plan p;
+  Q35_OK(gen::plan_memory(l->file, l->model.hparams(), l->bound.weights, cfg, UINT64_MAX, std::nullopt, p));
+  CHECK(p.slots == -1);
+  CHECK(p.experts == 0);
+  const status st =
+      gen::plan_memory(l->file, l->model.hparams(), l->bound.weights, cfg, p.device_bytes() - 1, std::nullopt, p);
+  CHECK(st.code() == status_code::out_of_memory);
+  CHECK(st.message().find("no MoE layers") != std::string::npos);
+}
+
+TEST_CASE("memory plan: sizes as --vram takes them") {
+  CHECK(gen::parse_memory_size("24G") == uint64_t(24) << 30);
+  CHECK(gen::parse_memory_size("16000M") == uint64_t(16000) << 20);
+  CHECK(gen::parse_memory_size("1.5GiB") == uint64_t(3) << 29);
+  CHECK(gen::parse_memory_size("512mb") == uint64_t(512) << 20);
+  CHECK(gen::parse_memory_size("2t") == uint64_t(2) << 40);
+  CHECK(gen::parse_memory_size("123456789") == uint64_t(123456789));
+  CHECK(gen::parse_memory_size("100B") == uint64_t(100));
+  for (const char* bad :
+       {"", "G", "-1", "0", "0.5", "1.2.3", "24X", "24 G", "24GG", "1e9", "99999999T", ".", "24Gb!"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(gen::parse_memory_size(bad).has_value());
+  }
+  CHECK(gen::format_bytes(512) == "512 B");
+  CHECK(gen::format_bytes(uint64_t(3) << 29) == "1.50 GiB");
+  CHECK(gen::format_bytes(uint64_t(24) << 30) == "24.0 GiB");
+}

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""The server with the routed experts in host memory: qwen35_server on the tiny MoE fixture with
+--expert-cache 2 (and with --vram at the smallest budget the plan accepts: 0 slots, every expert read from
+host memory) answers 4 concurrent greedy completions, prompts longer than 8 tokens among them (the staged
+grouped path) and one-token decode steps of several sequences at once, with the same text as the server
+with every expert on the device; a budget below that floor, or a bad --vram, stops it with one line.
+
+usage: test_server_experts.py SERVER_BINARY MOE_MODEL.gguf
+"""
+import concurrent.futures
+import http.client
+import json
+import re
+import subprocess
+import sys
+
+binary, model = sys.argv[1:3]
+failures = []
+PROMPTS = ["The quick brown fox jumps over the lazy dog again and again", "Hello", "Once upon a time there was",
+           "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12"]
+BASE = ["-m", model, "--port", "0", "-np", "4", "-c", "512", "-b", "16", "--prefix-cache", "0"]
+
+
+def fail(msg):
+    failures.append(msg)
+    print("FAIL:", msg, flush=True)
+
+
+def serve(extra):
+    """Starts the server; returns (process, port, the lines it printed before listening)."""
+    proc = subprocess.Popen([binary] + BASE + extra, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+        if m:
+            return proc, int(m.group(1)), lines
+    proc.wait()
+    return None, None, lines
+
+
+def complete(port, prompt):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    conn.request("POST", "/v1/completions", body=json.dumps({"prompt": prompt, "max_tokens": 10, "temperature": 0}),
+                 headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    body = json.loads(r.read())
+    conn.close()
+    return body["choices"][0]["text"]
+
+
+def answers(extra):
+    proc, port, lines = serve(extra)
+    if not proc:
+        fail(f"{extra}: the server did not start: {''.join(lines)!r}")
+        return None, lines
+    try:
+        with concurrent.futures.ThreadPoolExecutor(len(PROMPTS)) as ex:
+            return list(ex.map(lambda p: complete(port, p), PROMPTS)), lines
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+resident, _ = answers([])
+cached, lines = answers(["--expert-cache", "2"])
+if not any("2 of 8 experts" in l for l in lines):
+    fail(f"--expert-cache 2: no plan line naming 2 of 8 experts: {lines!r}")
+if resident is not None and cached != resident:
+    fail(f"--expert-cache 2 changed the answers: {cached!r} vs {resident!r}")
+
+# the floor: the budget below it is refused with both numbers, exactly it gives 0 slots
+r = subprocess.run([binary] + BASE + ["--vram", "1M"], capture_output=True, text=True, timeout=120)
+need = re.search(r"below the [0-9.]+ MiB \((\d+) bytes\)", r.stderr)
+if r.returncode == 0 or not need or len(r.stderr.strip().splitlines()) != 1:
+    fail(f"--vram 1M: expected one line naming the floor, got rc={r.returncode} {r.stderr!r}")
+else:
+    floor, lines = answers(["--vram", need.group(1)])
+    if not any("0 of 8 experts" in l for l in lines):
+        fail(f"--vram {need.group(1)}: no plan line naming 0 of 8 experts: {lines!r}")
+    if resident is not None and floor != resident:
+        fail(f"--vram at the floor changed the answers: {floor!r} vs {resident!r}")
+r = subprocess.run([binary] + BASE + ["--vram", "lots"], capture_output=True, text=True, timeout=60)
+if r.returncode == 0 or "--vram: 'lots' is not a size" not in r.stderr:
+    fail(f"--vram lots: rc={r.returncode} {r.stderr!r}")
+
+print("server experts: " + ("all checks passed" if not failures else f"{len(failures)} check(s) failed"))
+sys.exit(1 if failures else 0)
