@@ -123,6 +123,13 @@ resident = check_session("moe_resident", moe, long_prompt, 4)
 cached = check_session("moe_cache", moe, long_prompt + ["--expert-cache", "2"], 4, cache_slots=2)
 if resident and cached and resident["_stdout"] != cached["_stdout"]:
     fail(f"--expert-cache 2 changed the text: {cached['_stdout']!r} vs {resident['_stdout']!r}")
+# a three-turn chat (the cache's slots and scores carry across turns) with 1 slot per layer
+chat = ["-cnv", "-p", "Hello", "-n", "4", "--no-think", "-b", "12"]
+chat_in = "And then what happened next?\nWhy?\n"
+chat_resident = check_session("inter_chat_resident", inter, chat, 2, stdin=chat_in)
+chat_cached = check_session("inter_chat_cache", inter, chat + ["--expert-cache", "1"], 2, stdin=chat_in, cache_slots=1)
+if chat_resident and chat_cached and chat_resident["_stdout"] != chat_cached["_stdout"]:
+    fail(f"-cnv with --expert-cache 1 changed the text: {chat_cached['_stdout']!r} vs {chat_resident['_stdout']!r}")
 
 # --vram: a budget below what the model needs with every routed expert in host memory is one line naming
 # both byte counts; exactly that much gives 0 slots (every expert read from host memory) and the resident
