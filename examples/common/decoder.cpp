@@ -115,6 +115,8 @@ buffer_sizes sizes_of(const io::model_hparams& h, const decoder_config& cfg) {
 
 }  // namespace
 
+const char* to_string(expert_policy p) { return p == expert_policy::lru ? "lru" : "frequency"; }
+
 status check_supported(const io::model_hparams& h) {
   const std::string p = h.arch + ".";
   if (h.count(models::layer_type::full_attention) > 0) {
@@ -245,6 +247,8 @@ status decoder::init(const device_model& m, const decoder_config& cfg) {
   expert_staging_ = device_buffer<uint8_t>();
   expert_seen_.assign(moe_layers_.size(), std::vector<uint64_t>(size_t(h.n_experts), 0));
   expert_score_.assign(moe_layers_.size(), std::vector<double>(size_t(h.n_experts), 0.0));
+  expert_pending_.assign(moe_layers_.size(), std::vector<uint64_t>(size_t(h.n_experts), 0));
+  expert_looks_ = 0;
   cache_stats_.assign(experts_ ? moe_layers_.size() : 0, {});
   steps_since_rebalance_ = 0;
   if (experts_ && call_rows > launch::moe_decode_max_tokens)  // (memory_needed() counts it the same way)
@@ -751,11 +755,27 @@ status decoder::settle_experts(bool staged, bool rebalance) {
         if (slot[e] < 0) c.host_bytes += d[e] * bytes;
       }
     }
-    std::vector<double>& score = expert_score_[j];
-    for (size_t e = 0; e < d.size(); ++e) score[e] = score[e] / 2 + double(d[e]);
+    for (size_t e = 0; e < d.size(); ++e) expert_pending_[j][e] += d[e];
   }
   expert_seen_ = std::move(now);
   if (!rebalance) return status::success();
+  // the policy's key from the selections since the previous rebalance (a settle without a rebalance, before
+  // a staging step or when the record is read, changes no key)
+  ++expert_looks_;
+  for (size_t j = 0; j < expert_score_.size(); ++j) {
+    std::vector<double>& score = expert_score_[j];
+    std::vector<uint64_t>& d = expert_pending_[j];
+    if (cfg_.expert_cache_policy == expert_policy::lru) {
+      // the rebalance of the last selection, then (a fraction below 1) the share of that interval's selections
+      uint64_t total = 0;
+      for (const uint64_t v : d) total += v;
+      for (size_t e = 0; e < d.size(); ++e)
+        if (d[e]) score[e] = double(expert_looks_) + double(d[e]) / double(total + 1);
+    } else {
+      for (size_t e = 0; e < d.size(); ++e) score[e] = score[e] / 2 + double(d[e]);
+    }
+    std::fill(d.begin(), d.end(), 0);
+  }
   // the slots' experts: the `slots` highest scores (residents first on ties: no churn)
   const int S = experts_->slots();
   for (size_t j = 0; j < expert_score_.size() && S > 0; ++j) {

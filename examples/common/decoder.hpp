@@ -47,6 +47,15 @@
 
 namespace q35::gen {
 
+// Which experts the device slots of a host-resident model hold (decoder_config::expert_policy), chosen
+// from the router's counts at each rebalance.
+enum class expert_policy {
+  frequency,  // the most selections, each count halved at every look (a decayed frequency)
+  lru,        // the most recently selected (the look at which an expert was last selected; within one
+              // look, the more selections first): a least-recently-used cache at look granularity
+};
+const char* to_string(expert_policy p);
+
 struct decoder_config {
   int64_t n_ctx = 4096;  // tokens of KV pool shared by all sequences (a single sequence may use all of it)
   int n_seq_max = 1;     // sequences held at once (recurrent-state slots)
@@ -69,6 +78,7 @@ struct decoder_config {
   // most used experts of each MoE layer (router counts, halved at each rebalance) are promoted into
   // its device slots (0: the slots keep the experts they were loaded with).
   int expert_rebalance_steps = 16;
+  expert_policy expert_cache_policy = expert_policy::frequency;  // host-resident experts: what the slots hold
 };
 
 // The device memory a decoder allocates in init(), by kind (decoder::memory_needed before, and
@@ -196,6 +206,7 @@ class decoder {
   status expert_cache(std::vector<expert_cache_stats>& out);
   int expert_slots() const { return experts_ ? experts_->slots() : -1; }  // -1: every expert on the device
   int expert_rebalance_steps() const { return cfg_.expert_rebalance_steps; }
+  expert_policy expert_cache_policy() const { return cfg_.expert_cache_policy; }
 
   uint64_t kv_bytes() const { return kv_bytes_; }
   uint64_t recurrent_bytes() const { return recurrent_bytes_; }  // of one sequence
@@ -260,11 +271,13 @@ class decoder {
   status settle_experts(bool staged, bool rebalance);
   bool step_stages() const;  // a layer call of the planned step takes the grouped path
 
-  std::unique_ptr<launch::expert_load> expert_load_;  // [moe_layers_.size()][n_experts] with cfg.expert_stats
-  expert_store* experts_ = nullptr;                   // the model's host-resident experts, or null
-  device_buffer<uint8_t> expert_staging_;             // one MoE layer's experts for the grouped path
-  std::vector<std::vector<uint64_t>> expert_seen_;    // the counts at the last settle
-  std::vector<std::vector<double>> expert_score_;     // decayed counts: what rebalance promotes
+  std::unique_ptr<launch::expert_load> expert_load_;   // [moe_layers_.size()][n_experts] with cfg.expert_stats
+  expert_store* experts_ = nullptr;                    // the model's host-resident experts, or null
+  device_buffer<uint8_t> expert_staging_;              // one MoE layer's experts for the grouped path
+  std::vector<std::vector<uint64_t>> expert_seen_;     // the counts at the last settle
+  std::vector<std::vector<double>> expert_score_;      // what rebalance promotes (the policy's key)
+  std::vector<std::vector<uint64_t>> expert_pending_;  // selections since the last rebalance
+  int64_t expert_looks_ = 0;                           // rebalances since init
   std::vector<expert_cache_stats> cache_stats_;
   int steps_since_rebalance_ = 0;
   kv::kv_pool kv_;

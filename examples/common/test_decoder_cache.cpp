@@ -3,7 +3,8 @@
 // prompt chunks (the grouped path, staged) and decode steps (the kernels reading through the index),
 // with promotions every step or never, across several turns; the cache record against an independent
 // count from the router's histograms; the promotion protocol (the index names a slot only after its copy
-// is committed); the policy's choice (the highest decayed counts).
+// is committed); each policy's choice after every step (frequency: the highest decayed counts; lru: the
+// most recently selected).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -118,6 +119,78 @@ TEST_CASE("decoder: host-resident experts give the all-resident logits bit for b
           CHECK(c.host_bytes >= c.misses * m.experts()->expert_bytes(j));
         }
       }
+    }
+  }
+}
+
+TEST_CASE("decoder: after every step the slots hold what the policy says" * test::needs_device()) {
+  // Rebalancing every step with 3 slots, after each step: every slotted expert ranks at least as high as
+  // every other one by the policy's key, computed here from the router's histograms. frequency: counts
+  // halved at each step; lru: the step of the last selection, then that step's count. The logits stay
+  // the all-resident ones.
+  for (const char* name : test::q4km_moe_fixtures) {
+    const auto l = test::load_model(name);
+    const io::model_hparams& h = l->model.hparams();
+    const int E = int(h.n_experts), S = 3;
+    const std::vector<int32_t> tokens = turn_tokens(h.n_vocab);
+    const session want = run_session(l->model, cache_config(0), tokens);
+    for (const gen::expert_policy policy : {gen::expert_policy::frequency, gen::expert_policy::lru}) {
+      const std::string fixture = name;
+      CAPTURE(fixture);
+      const std::string policy_name = gen::to_string(policy);
+      CAPTURE(policy_name);
+      gen::device_model m;
+      Q35_OK(m.load(l->file, l->bound, {}, S));
+      gen::decoder_config cfg = cache_config(1);
+      cfg.expert_cache_policy = policy;
+      gen::decoder d;
+      Q35_OK(d.init(m, cfg));
+      const size_t L = d.moe_layers().size();
+      std::vector<std::vector<double>> decayed(L, std::vector<double>(size_t(E), 0.0));
+      std::vector<std::vector<int64_t>> last_step(L, std::vector<int64_t>(size_t(E), -1));
+      std::vector<std::vector<uint64_t>> last_count(L, std::vector<uint64_t>(size_t(E), 0));
+      counts_t prev(L, std::vector<uint64_t>(size_t(E), 0));
+      std::vector<float> logits;
+      size_t at = 0;
+      int64_t step = 0, violations = 0;
+      for (const size_t n : feeds) {
+        std::vector<float> rows;
+        Q35_OK(d.eval(std::span<const int32_t>(tokens).subspan(at, n), &rows));
+        logits.insert(logits.end(), rows.begin(), rows.end());
+        at += n;
+        counts_t now;
+        Q35_OK(d.expert_counts(now));
+        for (size_t j = 0; j < L; ++j) {
+          std::vector<std::pair<double, double>> key(static_cast<size_t>(E));  // (primary, secondary), higher first
+          for (int e = 0; e < E; ++e) {
+            const uint64_t delta = now[j][size_t(e)] - prev[j][size_t(e)];
+            decayed[j][size_t(e)] = decayed[j][size_t(e)] / 2 + double(delta);
+            if (delta) last_step[j][size_t(e)] = step, last_count[j][size_t(e)] = delta;
+            key[size_t(e)] = policy == gen::expert_policy::lru
+                                 ? std::pair{double(last_step[j][size_t(e)]), double(last_count[j][size_t(e)])}
+                                 : std::pair{decayed[j][size_t(e)], 0.0};
+          }
+          const std::vector<int>& slot = m.experts()->layers()[j].expert_slot;
+          for (int a = 0; a < E; ++a)
+            for (int b = 0; b < E; ++b)
+              if (slot[size_t(a)] >= 0 && slot[size_t(b)] < 0 && key[size_t(a)] < key[size_t(b)]) {
+                ++violations;
+                MESSAGE("step " << step << " layer " << j << ": slotted " << a << " (" << key[size_t(a)].first << ", "
+                                << key[size_t(a)].second << ") below " << b << " (" << key[size_t(b)].first << ", "
+                                << key[size_t(b)].second << ")");
+              }
+        }
+        prev = std::move(now);
+        ++step;
+      }
+      CHECK(violations == 0);
+      std::vector<gen::expert_cache_stats> cache;
+      Q35_OK(d.expert_cache(cache));
+      uint64_t promotions = 0;
+      for (const gen::expert_cache_stats& c : cache) promotions += c.promotions;
+      CHECK(promotions > 0);
+      REQUIRE(logits.size() == want.logits.size());
+      CHECK(std::memcmp(logits.data(), want.logits.data(), logits.size() * sizeof(float)) == 0);
     }
   }
 }

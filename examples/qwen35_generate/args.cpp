@@ -186,6 +186,12 @@ const std::vector<flag>& flags() {
       {{"--expert-cache"},
        "N",
        [](options& o, const std::string& n, const std::string& v) { o.expert_cache = parse_int(n, v, 0, 65536); }},
+      {{"--expert-policy"},
+       "NAME",
+       [](options& o, const std::string& n, const std::string& v) {
+         if (v != "frequency" && v != "lru") throw usage_error(n + " expects frequency or lru, got '" + v + "'");
+         o.expert_policy = v;
+       }},
       {{"--vram"},
        "SIZE",
        [](options& o, const std::string& n, const std::string& v) {
@@ -257,6 +263,8 @@ options parse_args(const std::vector<std::string>& args) {
     throw usage_error("--moe-adaptive-entropy sets the thresholds of --moe-adaptive-k: add it");
   if (o.expert_cache && o.cmd != command::generate)
     throw usage_error("--expert-cache applies to generation (-p, -f, -cnv)");
+  if (o.expert_policy && o.cmd != command::generate)
+    throw usage_error("--expert-policy applies to generation (-p, -f, -cnv)");
   if (o.vram && o.cmd != command::generate) throw usage_error("--vram applies to generation (-p, -f, -cnv)");
   if (o.moe_adaptive_k && o.cmd != command::generate)
     throw usage_error("--moe-adaptive-k applies to generation (-p, -f, -cnv)");
@@ -324,6 +332,8 @@ std::string usage(const std::string& program) {
          "                         MoE layer's experts in device slots (the most used, promoted as the session\n"
          "                         goes); the decode kernels read the others over the bus. N >= expert_count:\n"
          "                         every expert on the device. Default: as many as --vram holds\n"
+         "  --expert-policy NAME   which experts the slots hold: frequency (the most selections, halved every\n"
+         "                         rebalance; the default) or lru (the most recently selected)\n"
          "  --vram SIZE            device memory q35 may use (24G, 16000M, 1.5GiB; K/M/G/T are powers of\n"
          "                         1024). Weights but the routed experts, KV cache, state and workspaces go\n"
          "                         first; then every routed expert if all fit, else as many slots per MoE\n"

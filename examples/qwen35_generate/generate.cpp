@@ -199,10 +199,12 @@ void write_expert_report(const options& opt, const io::gguf_file& file, const io
     r.cache.push_back({c.hits, c.misses, c.staged, c.host_bytes, c.promotions});
   if (!cache.empty()) {
     r.cache_slots = dec.expert_slots();
-    r.cache_policy =
-        "frequency: the slots hold the experts with the most selections (halved at each rebalance), "
-        "rebalanced every " +
-        std::to_string(dec.expert_rebalance_steps()) + " steps";
+    r.cache_policy = dec.expert_cache_policy() == gen::expert_policy::lru
+                         ? "lru: the slots hold the most recently selected experts (within a rebalance "
+                           "interval, the most selected first), "
+                         : "frequency: the slots hold the experts with the most selections (halved at each "
+                           "rebalance), ";
+    r.cache_policy += "rebalanced every " + std::to_string(dec.expert_rebalance_steps()) + " steps";
   }
   if (opt.expert_stats_path) write_output("--expert-stats", *opt.expert_stats_path, expert_report_json(r));
   if (opt.expert_heatmap_path) write_output("--expert-heatmap", *opt.expert_heatmap_path, expert_heatmap_svg(r));
@@ -250,6 +252,8 @@ int run_generate(const options& opt, std::ostream&) {
 
   if (opt.expert_cache && bound.hparams.count(models::ffn_type::moe) == 0)
     throw std::runtime_error("--expert-cache: " + opt.model_path + " has no MoE layers");
+  if (opt.expert_policy && bound.hparams.count(models::ffn_type::moe) == 0)
+    throw std::runtime_error("--expert-policy: " + opt.model_path + " has no MoE layers");
   gen::decoder_config cfg;
   cfg.n_ctx = n_ctx;
   cfg.kv_type = to_kv_type(opt.cache_type_k);
@@ -257,6 +261,7 @@ int run_generate(const options& opt, std::ostream&) {
   cfg.keep_all_logits = !opt.dump_logits_path.empty();
   cfg.expert_stats = !expert_files.empty();
   cfg.moe_adaptive_k = adaptive;
+  if (opt.expert_policy == "lru") cfg.expert_cache_policy = gen::expert_policy::lru;
 
   // The memory plan: the non-expert part first, then every routed expert or as many slots as fit.
   const uint64_t budget = opt.vram ? *opt.vram : gen::default_memory_budget();

@@ -40,7 +40,7 @@ def fed_tokens(stderr):
     return n
 
 
-def check_session(name, model, args, n_moe_layers, stdin=None, adaptive=None, cache_slots=None):
+def check_session(name, model, args, n_moe_layers, stdin=None, adaptive=None, cache_slots=None, policy="frequency"):
     """adaptive: (entropy thresholds, k values) given with --moe-adaptive-k / --moe-adaptive-entropy."""
     js, svg = os.path.join(work, name + ".json"), os.path.join(work, name + ".svg")
     for f in (js, svg):
@@ -79,7 +79,7 @@ def check_session(name, model, args, n_moe_layers, stdin=None, adaptive=None, ca
             if cache != {"policy": "all resident", "hits": l["total"], "misses": 0, "bytes_from_host": 0}:
                 fail(f"{name}: layer {l['layer']}: cache block {cache}")
         elif (cache["hits"] + cache["misses"] + cache["staged"] != l["total"] or
-              cache["bytes_from_host"] <= 0 or not cache["policy"].startswith("frequency") or
+              cache["bytes_from_host"] <= 0 or not cache["policy"].startswith(policy) or
               abs(cache["hit_rate"] - cache["hits"] / max(1, cache["hits"] + cache["misses"])) > 1e-9):
             fail(f"{name}: layer {l['layer']}: cache block {cache} (total {l['total']})")
     if cache_slots is not None and j.get("cache_slots") != cache_slots:
@@ -123,6 +123,10 @@ resident = check_session("moe_resident", moe, long_prompt, 4)
 cached = check_session("moe_cache", moe, long_prompt + ["--expert-cache", "2"], 4, cache_slots=2)
 if resident and cached and resident["_stdout"] != cached["_stdout"]:
     fail(f"--expert-cache 2 changed the text: {cached['_stdout']!r} vs {resident['_stdout']!r}")
+lru = check_session("moe_cache_lru", moe, long_prompt + ["--expert-cache", "2", "--expert-policy", "lru"], 4,
+                    cache_slots=2, policy="lru")
+if resident and lru and resident["_stdout"] != lru["_stdout"]:
+    fail(f"--expert-policy lru changed the text: {lru['_stdout']!r} vs {resident['_stdout']!r}")
 # a three-turn chat (the cache's slots and scores carry across turns) with 1 slot per layer
 chat = ["-cnv", "-p", "Hello", "-n", "4", "--no-think", "-b", "12"]
 chat_in = "And then what happened next?\nWhy?\n"
@@ -170,6 +174,8 @@ expect_fail(r"--expert-cache must be in 0\.\.65536", ["-m", moe, "-p", "hi", "--
 expect_fail(r"--expert-cache expects an integer", ["-m", moe, "-p", "hi", "--expert-cache", "two"])
 expect_fail(r"--expert-cache: .*tiny_dense_q4km.gguf has no MoE layers", ["-m", dense, "-p", "hi", "--expert-cache", "1"])
 expect_fail(r"--expert-cache applies to generation", ["-m", moe, "--info", "--expert-cache", "1"])
+expect_fail(r"--expert-policy expects frequency or lru, got 'mru'", ["-m", moe, "-p", "hi", "--expert-policy", "mru"])
+expect_fail(r"--expert-policy: .*tiny_dense_q4km.gguf has no MoE layers", ["-m", dense, "-p", "hi", "--expert-policy", "lru"])
 expect_fail(r"--vram expects a size in bytes .*got '0'", ["-m", moe, "-p", "hi", "--vram", "0"])
 expect_fail(r"--vram expects a size in bytes .*got '24X'", ["-m", moe, "-p", "hi", "--vram", "24X"])
 expect_fail(r"--vram applies to generation", ["-m", moe, "--info", "--vram", "24G"])

@@ -64,6 +64,7 @@ struct options {
   int prefix_cache = 16;                // prefix checkpoints kept (0: no prefix reuse)
   std::optional<uint64_t> vram;         // device memory budget (bytes)
   std::optional<int64_t> expert_cache;  // device slots per MoE layer
+  bool lru_experts = false;             // --expert-policy lru
 };
 
 const char* usage_text =
@@ -86,7 +87,8 @@ const char* usage_text =
     "  --vram SIZE            device memory q35 may use (24G, 16000M); MoE models whose experts do not all\n"
     "                         fit keep them in pinned host memory behind as many device slots per layer as\n"
     "                         fit (default: the device's free memory less max(512 MiB, 4%); the sim: no limit)\n"
-    "  --expert-cache N       MoE models: N device slots per MoE layer, the other experts in host memory\n";
+    "  --expert-cache N       MoE models: N device slots per MoE layer, the other experts in host memory\n"
+    "  --expert-policy NAME   which experts the slots hold: frequency (default) or lru\n";
 
 [[noreturn]] void bad_usage(const std::string& m) { throw std::invalid_argument(m); }
 
@@ -146,6 +148,10 @@ options parse_args(int argc, char** argv) {
         bad_usage(a + ": '" + v + "' is not a size in bytes with an optional K, M, G or T suffix (e.g. 24G)");
     } else if (a == "--expert-cache") {
       o.expert_cache = parse_int(a, value(), 0, 65536);
+    } else if (a == "--expert-policy") {
+      const std::string v = value();
+      if (v != "frequency" && v != "lru") bad_usage(a + ": '" + v + "' is not frequency or lru");
+      o.lru_experts = v == "lru";
     } else if (a == "--no-batch-invariant") {
       o.batch_invariant = false;
     } else {
@@ -551,6 +557,7 @@ int run(const options& opt) {
   cfg.n_ctx = n_ctx, cfg.n_seq_max = opt.n_parallel, cfg.kv_type = to_kv_type(opt.cache_type_k);
   cfg.n_batch = std::min(opt.n_batch, n_ctx), cfg.batch_invariant = opt.batch_invariant;
   cfg.n_prefix_slots = opt.prefix_cache;
+  if (opt.lru_experts) cfg.expert_cache_policy = gen::expert_policy::lru;
   // the memory plan (gen::plan_memory): every routed expert on the device if all fit, else slots
   gen::memory_plan plan;
   check(gen::plan_memory(file, bound.hparams, bound.weights, cfg, opt.vram ? *opt.vram : gen::default_memory_budget(),

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The server with the routed experts in host memory: qwen35_server on the tiny MoE fixture with
---expert-cache 2 (and with --vram at the smallest budget the plan accepts: 0 slots, every expert read from
+--expert-cache 2 --expert-policy lru (and with --vram at the smallest budget the plan accepts: 0 slots, every expert read from
 host memory) answers 4 concurrent greedy completions, prompts longer than 8 tokens among them (the staged
 grouped path) and one-token decode steps of several sequences at once, with the same text as the server
 with every expert on the device; a budget below that floor, or a bad --vram, stops it with one line.
@@ -63,7 +63,7 @@ def answers(extra):
 
 
 resident, _ = answers([])
-cached, lines = answers(["--expert-cache", "2"])
+cached, lines = answers(["--expert-cache", "2", "--expert-policy", "lru"])
 if not any("2 of 8 experts" in l for l in lines):
     fail(f"--expert-cache 2: no plan line naming 2 of 8 experts: {lines!r}")
 if resident is not None and cached != resident:
