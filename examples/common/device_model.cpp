@@ -102,10 +102,14 @@ status device_model::load(const io::gguf_file& f, const io::bound_model& m,
 }
 
 status device_model::bind(const io::model_hparams& h, const io::model_weights& w, const uint8_t* device_base,
-                          uint64_t n_bytes) {
+                          uint64_t n_bytes, std::unique_ptr<expert_store> experts) {
   hp_ = h;
   data_ = device_buffer<uint8_t>();
-  experts_.reset();
+  experts_ = std::move(experts);
+  for (size_t il = 0; experts_ && il < w.layers.size(); ++il)
+    if (w.layers[il].ffn_kind == models::ffn_type::moe && !experts_->find(int(il)))
+      return error(status_code::invalid_argument,
+                   "device_model::bind: MoE layer " + std::to_string(il) + " is not in the expert store");
   shift_.clear();
   base_ = device_base;
   bound_bytes_ = n_bytes;

@@ -46,7 +46,9 @@ class device_model {
 
   // A model whose tensors already lie in device memory (synthetic benchmark models): each tensor_info's
   // `offset` counts from `device_base` (n_bytes in all), which the caller keeps alive as long as this object.
-  status bind(const io::model_hparams& h, const io::model_weights& w, const uint8_t* device_base, uint64_t n_bytes);
+  // experts: the routed experts in host memory (the MoE layers' views read through it), or null.
+  status bind(const io::model_hparams& h, const io::model_weights& w, const uint8_t* device_base, uint64_t n_bytes,
+              std::unique_ptr<expert_store> experts = nullptr);
 
   const io::model_hparams& hparams() const { return hp_; }
   const quant::weight_view& token_embd() const { return token_embd_; }

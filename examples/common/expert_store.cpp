@@ -63,7 +63,7 @@ status expert_layer_shapes(const io::model_weights& w, std::vector<expert_layer_
   return status::success();
 }
 
-status expert_store::load(const io::model_hparams& h, const io::model_weights& w, int slots) {
+status expert_store::allocate(const io::model_hparams& h, const io::model_weights& w, int slots) {
   n_experts_ = int(h.n_experts);
   if (slots < 0 || slots > n_experts_)
     return error(status_code::invalid_argument,
@@ -77,9 +77,6 @@ status expert_store::load(const io::model_hparams& h, const io::model_weights& w
   const int E = n_experts_, S = slots;
   for (const expert_layer_shape& shape : shapes) {
     const int il = shape.index;
-    const io::moe_weights& m = w.layers[size_t(il)].moe;
-    const bool merged = m.maybe_gate_up_exps != nullptr;
-    const io::tensor_info* g = merged ? m.maybe_gate_up_exps : m.maybe_gate_exps;
     layers_.emplace_back();
     layer& L = layers_.back();
     static_cast<expert_layer_shape&>(L) = shape;
@@ -105,17 +102,6 @@ status expert_store::load(const io::model_hparams& h, const io::model_weights& w
 #endif
     const uint8_t* slot_gu = L.slot_gu;
     const uint8_t* slot_dn = L.slot_dn;
-    for (int e = 0; e < E; ++e) {
-      uint8_t* dst = L.home_gu + int64_t(e) * L.gu_stride;
-      if (merged) {
-        std::memcpy(dst, g->data + int64_t(e) * L.gu_stride, size_t(L.gu_stride));
-      } else {
-        std::memcpy(dst, m.maybe_gate_exps->data + int64_t(e) * L.gate_bytes, size_t(L.gate_bytes));
-        std::memcpy(dst + L.gate_bytes, m.maybe_up_exps->data + int64_t(e) * L.gate_bytes, size_t(L.gate_bytes));
-      }
-    }
-    std::memcpy(L.home_dn, m.down_exps->data, size_t(E) * size_t(L.dn_stride));
-
     L.base_gu = slot_gu ? std::min<const uint8_t*>(slot_gu, L.home_gu) : L.home_gu;
     L.base_dn = slot_dn ? std::min<const uint8_t*>(slot_dn, L.home_dn) : L.home_dn;
     int64_t top =
@@ -136,10 +122,39 @@ status expert_store::load(const io::model_hparams& h, const io::model_weights& w
     Q35_TRY(L.index_dn.allocate(size_t(E)));
     Q35_TRY(L.index_gu_host.allocate(size_t(E)));
     Q35_TRY(L.index_dn_host.allocate(size_t(E)));
-    for (int s = 0; s < S; ++s) Q35_TRY(promote(layers_.size() - 1, s, s, nullptr));
-    Q35_TRY(upload_index(L, nullptr));
+  }
+  return status::success();
+}
+
+void expert_store::fill_from(const io::model_weights& w) {
+  const int E = n_experts_;
+  for (layer& L : layers_) {
+    const io::moe_weights& m = w.layers[size_t(L.index)].moe;
+    for (int e = 0; e < E; ++e) {
+      uint8_t* dst = L.home_gu + int64_t(e) * L.gu_stride;
+      if (m.maybe_gate_up_exps) {
+        std::memcpy(dst, m.maybe_gate_up_exps->data + int64_t(e) * L.gu_stride, size_t(L.gu_stride));
+      } else {
+        std::memcpy(dst, m.maybe_gate_exps->data + int64_t(e) * L.gate_bytes, size_t(L.gate_bytes));
+        std::memcpy(dst + L.gate_bytes, m.maybe_up_exps->data + int64_t(e) * L.gate_bytes, size_t(L.gate_bytes));
+      }
+    }
+    std::memcpy(L.home_dn, m.down_exps->data, size_t(E) * size_t(L.dn_stride));
+  }
+}
+
+status expert_store::settle() {
+  for (size_t j = 0; j < layers_.size(); ++j) {
+    for (int s = 0; s < slots_; ++s) Q35_TRY(promote(j, s, s, nullptr));
+    Q35_TRY(upload_index(layers_[j], nullptr));
   }
   return synchronize();
+}
+
+status expert_store::load(const io::model_hparams& h, const io::model_weights& w, int slots) {
+  Q35_TRY(allocate(h, w, slots));
+  fill_from(w);
+  return settle();
 }
 
 const expert_store::layer* expert_store::find(int il) const {

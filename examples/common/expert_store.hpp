@@ -72,6 +72,13 @@ class expert_store {
   // pinned host memory and allocates `slots` device slots per layer (0 .. n_experts - 1), filled
   // with experts 0 .. slots - 1.
   status load(const io::model_hparams& h, const io::model_weights& w, int slots);
+  // load() in its three steps, for experts that do not come from a file (synthetic models):
+  // allocate() lays out home and slots for the MoE layers of `w` (home left unwritten; w's tensor
+  // data is not read), the caller writes every expert's home bytes (host memory, mapped into the
+  // device's address space: a kernel may write them), then settle() fills the slots and the index.
+  status allocate(const io::model_hparams& h, const io::model_weights& w, int slots);
+  void fill_from(const io::model_weights& w);  // home from the tensors' bytes (mapped file)
+  status settle();
 
   int slots() const { return slots_; }
   int n_experts() const { return n_experts_; }

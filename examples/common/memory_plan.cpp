@@ -83,6 +83,13 @@ std::string memory_plan::describe() const {
 
 status plan_memory(const io::gguf_file& f, const io::model_hparams& h, const io::model_weights& w,
                    const decoder_config& cfg, uint64_t budget, std::optional<int64_t> slots, memory_plan& out) {
+  return plan_memory(h, w, device_model::weight_bytes_for(f, w, false), device_model::weight_bytes_for(f, w, true), cfg,
+                     budget, slots, out);
+}
+
+status plan_memory(const io::model_hparams& h, const io::model_weights& w, uint64_t all_weights,
+                   uint64_t non_expert_weights, const decoder_config& cfg, uint64_t budget,
+                   std::optional<int64_t> slots, memory_plan& out) {
   out = {};
   out.budget = budget;
   out.n_experts = int(h.n_experts);
@@ -104,8 +111,8 @@ status plan_memory(const io::gguf_file& f, const io::model_hparams& h, const io:
   const bool all_asked = slots && *slots >= out.n_experts;
   if (out.n_moe_layers == 0 || all_asked || !slots) {
     out.slots = -1;
-    out.weights = device_model::weight_bytes_for(f, w, true);
-    out.resident_experts = device_model::weight_bytes_for(f, w, false) - out.weights;
+    out.weights = non_expert_weights;
+    out.resident_experts = all_weights - non_expert_weights;
     Q35_TRY(decoder::memory_needed(h, cfg, 0, out.decoder));
     if (out.device_bytes() <= budget) return status::success();
     if (out.n_moe_layers == 0) return over("the model (no MoE layers: nothing can stay in host memory)");
@@ -114,7 +121,7 @@ status plan_memory(const io::gguf_file& f, const io::model_hparams& h, const io:
 
   // routed experts in host memory, slots on the device
   out.slots = 0;
-  out.weights = device_model::weight_bytes_for(f, w, true);
+  out.weights = non_expert_weights;
   out.index_bytes = uint64_t(out.n_moe_layers) * uint64_t(out.n_experts) * 2 * sizeof(int32_t);
   Q35_TRY(decoder::memory_needed(h, cfg, expert_staging_bytes(shapes, out.n_experts), out.decoder));
   const uint64_t fixed = out.device_bytes();

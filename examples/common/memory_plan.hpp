@@ -46,6 +46,12 @@ struct memory_plan {
 status plan_memory(const io::gguf_file& f, const io::model_hparams& h, const io::model_weights& w,
                    const decoder_config& cfg, uint64_t budget, std::optional<int64_t> slots, memory_plan& out);
 
+// The same for weights that are not a file's (synthetic models): all_weights and non_expert_weights are
+// the device bytes of the weights with and without the routed experts (equal without MoE layers).
+status plan_memory(const io::model_hparams& h, const io::model_weights& w, uint64_t all_weights,
+                   uint64_t non_expert_weights, const decoder_config& cfg, uint64_t budget,
+                   std::optional<int64_t> slots, memory_plan& out);
+
 // The default budget: the device's free memory less a margin for what the plan does not count
 // (allocation rounding, the CUDA graphs' memory, the sampler's ring): max(512 MiB, 4 %) of it. On the
 // sim (device memory is host memory), or without a usable device, there is no limit: UINT64_MAX.

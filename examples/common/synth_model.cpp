@@ -3,6 +3,7 @@
 
 #include <map>
 
+#include "memory_plan.hpp"
 #include "q35/core/numeric.hpp"
 #include "q35/launch/launch.hpp"
 
@@ -33,6 +34,32 @@ uint64_t tensor_bytes(io::ggml_type t, const io::tensor_shape& ne) {
 
 // splitmix64 step: the per-tensor seed.
 uint64_t mix(uint64_t x) { return synth_fill_kernel::random_bits(x, 1); }
+
+// tensor_infos of `layout` (offsets as laid out) and the weights bound to them by name, as
+// io::bind_weights does for a file (tied: there is no output.weight).
+std::vector<io::tensor_info> infos_of(const std::vector<synth_tensor>& layout) {
+  std::vector<io::tensor_info> infos;
+  infos.reserve(layout.size());
+  for (const synth_tensor& t : layout) {
+    io::tensor_info i;
+    i.name = t.name;
+    i.type = uint32_t(t.type);
+    i.ne = t.ne;
+    i.n_dims = t.ne[2] > 1 ? 3 : t.ne[1] > 1 ? 2 : 1;
+    i.offset = t.offset;
+    i.n_bytes = t.n_bytes;
+    infos.push_back(i);
+  }
+  return infos;
+}
+io::model_weights weights_of(const io::model_hparams& h, const std::vector<io::tensor_info>& infos) {
+  std::map<std::string, const io::tensor_info*> by_name;
+  for (const io::tensor_info& i : infos) by_name[i.name] = &i;
+  return io::bind_weights_with(h, [&](const std::string& name) -> const io::tensor_info* {
+    const auto it = by_name.find(name);
+    return it == by_name.end() ? nullptr : it->second;
+  });
+}
 
 }  // namespace
 
@@ -73,10 +100,18 @@ std::vector<synth_tensor> synth_layout(const io::model_hparams& h, bool tied) {
 // and standard deviation ~258 d; Q6_K element d*s*(q-32) (s int8, q 6-bit) has ~1365 d.
 // f32: norm weights 1 +- 0.1, conv taps +-0.5, dt bias +-1, ssm_a in [-3.5, -0.5] (negative: a decay),
 // the router with logits of standard deviation ~2 on a unit-RMS row (varied, decided expert choices).
-status fill_tensor(uint8_t* base, const synth_tensor& t, const io::model_hparams& h, uint64_t seed, stream_t s) {
+status fill_tensor(uint8_t* base, const synth_tensor& t, const io::model_hparams& h, uint64_t seed, stream_t s,
+                   int64_t chunk_bytes, int64_t stride_bytes) {
   synth_fill_kernel::params p{};
   p.data = base + t.offset;
   p.seed = seed;
+  const int64_t unit = t.type == io::ggml_type::q4_k || t.type == io::ggml_type::q6_k ? 2 : 4;
+  p.chunk_units = chunk_bytes / unit, p.stride_units = stride_bytes / unit;
+  if (chunk_bytes % unit || stride_bytes % unit || chunk_bytes < 0 || stride_bytes < chunk_bytes ||
+      (chunk_bytes == 0) != (stride_bytes == 0))
+    return error(status_code::invalid_argument,
+                 "fill_tensor: '" + t.name + "': chunks of " + std::to_string(chunk_bytes) + " bytes every " +
+                     std::to_string(stride_bytes) + " (whole " + std::to_string(unit) + "-byte units, both or none)");
   const float sigma = 1.0f / std::sqrt(float(t.ne[0]));
   if (t.type == io::ggml_type::q4_k) {
     p.m = synth_fill_kernel::mode::q4_k;
@@ -110,36 +145,68 @@ status fill_tensor(uint8_t* base, const synth_tensor& t, const io::model_hparams
   return launch::launch<synth_fill_kernel>(p, s);
 }
 
-status synth_model::build(const io::model_hparams& h, bool tied, uint64_t seed, stream_t s) {
+bool is_synth_routed_expert(const std::string& name) { return contains(name, "_exps."); }
+
+uint64_t synth_device_bytes(const std::vector<synth_tensor>& layout, bool host_experts) {
+  uint64_t b = 0;
+  for (const synth_tensor& t : layout)
+    if (!(host_experts && is_synth_routed_expert(t.name))) b += (t.n_bytes + 255) / 256 * 256;
+  return b;
+}
+
+status plan_synth_memory(const io::model_hparams& h, bool tied, const decoder_config& cfg, uint64_t budget,
+                         std::optional<int64_t> slots, memory_plan& out) {
+  const std::vector<synth_tensor> layout = synth_layout(h, tied);
+  const std::vector<io::tensor_info> infos = infos_of(layout);
+  return plan_memory(h, weights_of(h, infos), synth_device_bytes(layout, false), synth_device_bytes(layout, true), cfg,
+                     budget, slots, out);
+}
+
+status synth_model::build(const io::model_hparams& h, bool tied, uint64_t seed, stream_t s, int expert_slots) {
   tied_ = tied;
   layout_ = synth_layout(h, tied);
-  const uint64_t total = layout_.empty() ? 0 : layout_.back().offset + layout_.back().n_bytes;
+  const bool host_experts = expert_slots >= 0 && expert_slots < int(h.n_experts) && h.count(models::ffn_type::moe) > 0;
+  // Seeds in layout order whatever goes where, so both placements hold the same weights. With host
+  // experts the device tensors close ranks (the layout's offsets become device offsets; a routed
+  // expert tensor's offset is 0 and unused: its views come from the store).
+  std::vector<uint64_t> seeds;
+  uint64_t k = seed, total = 0;
+  for (synth_tensor& t : layout_) {
+    seeds.push_back(k = mix(k));
+    if (host_experts && is_synth_routed_expert(t.name)) {
+      t.offset = 0;
+      continue;
+    }
+    t.offset = total;
+    total += (t.n_bytes + 255) / 256 * 256;
+  }
   Q35_TRY(data_.allocate(size_t(total)));
-  uint64_t k = seed;
-  for (const synth_tensor& t : layout_) Q35_TRY(fill_tensor(data_.data(), t, h, k = mix(k), s));
+  for (size_t i = 0; i < layout_.size(); ++i)
+    if (!(host_experts && is_synth_routed_expert(layout_[i].name)))
+      Q35_TRY(fill_tensor(data_.data(), layout_[i], h, seeds[i], s));
   Q35_TRY(synchronize(s));
 
-  // tensor_infos (offsets into data_) and the weights bound to them by name, as io::bind_weights does for a file
-  infos_.clear();
-  infos_.reserve(layout_.size());
-  std::map<std::string, const io::tensor_info*> by_name;
-  for (const synth_tensor& t : layout_) {
-    io::tensor_info i;
-    i.name = t.name;
-    i.type = uint32_t(t.type);
-    i.ne = t.ne;
-    i.n_dims = t.ne[2] > 1 ? 3 : t.ne[1] > 1 ? 2 : 1;
-    i.offset = t.offset;
-    i.n_bytes = t.n_bytes;
-    infos_.push_back(i);
+  infos_ = infos_of(layout_);
+  const io::model_weights w = weights_of(h, infos_);
+  if (!host_experts) return model_.bind(h, w, data_.data(), total);
+
+  // The routed experts straight into the store's pinned home (the kernel writes host memory through
+  // its device mapping): expert e's gate rows at home_gu + e * gu_stride, its up rows after them.
+  auto store = std::make_unique<expert_store>();
+  Q35_TRY(store->allocate(h, w, expert_slots));
+  std::map<std::string, size_t> at;
+  for (size_t i = 0; i < layout_.size(); ++i) at[layout_[i].name] = i;
+  for (const expert_store::layer& L : store->layers()) {
+    const std::string b = "blk." + std::to_string(L.index) + ".";
+    const size_t g = at.at(b + "ffn_gate_exps.weight"), u = at.at(b + "ffn_up_exps.weight"),
+                 d = at.at(b + "ffn_down_exps.weight");
+    Q35_TRY(fill_tensor(L.home_gu, layout_[g], h, seeds[g], s, L.gate_bytes, L.gu_stride));
+    Q35_TRY(fill_tensor(L.home_gu + L.gate_bytes, layout_[u], h, seeds[u], s, L.gate_bytes, L.gu_stride));
+    Q35_TRY(fill_tensor(L.home_dn, layout_[d], h, seeds[d], s));
   }
-  for (const io::tensor_info& i : infos_) by_name[i.name] = &i;
-  auto get = [&](const std::string& name) -> const io::tensor_info* {
-    const auto it = by_name.find(name);
-    return it == by_name.end() ? nullptr : it->second;
-  };
-  io::model_weights w = io::bind_weights_with(h, get);  // tied: there is no output.weight
-  return model_.bind(h, w, data_.data(), total);
+  Q35_TRY(synchronize(s));
+  Q35_TRY(store->settle());
+  return model_.bind(h, w, data_.data(), total, std::move(store));
 }
 
 }  // namespace q35::gen

@@ -8,10 +8,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "device_model.hpp"
+#include "memory_plan.hpp"
 #include "q35/arch/thread.hpp"
 #include "q35/core/dim3.hpp"
 #include "q35/io/ggml_types.hpp"
@@ -34,6 +37,11 @@ struct synth_fill_kernel {
     float center, spread;        // f32 mode
     uint16_t d_bits, dmin_bits;  // quantized modes: f16 bits of every block's d (and q4_K dmin)
     uint64_t seed;
+    // 0: unit i lands at data[i]. Otherwise the tensor is laid out in chunks of chunk_units units (of
+    // the mode: 16-bit or float),
+    // chunk c at data + c * stride_units units (an expert store's home: each expert's gate matrix
+    // followed by its up matrix); the values are those of the contiguous tensor.
+    int64_t chunk_units = 0, stride_units = 0;
   };
   struct shared_storage {};
   static constexpr int threads = 256;
@@ -65,13 +73,17 @@ struct synth_fill_kernel {
     return p.center + p.spread * u;
   }
 
+  Q35_HOST_DEVICE static int64_t place(const params& p, int64_t i) {
+    return p.chunk_units ? i / p.chunk_units * p.stride_units + i % p.chunk_units : i;
+  }
+
   Q35_DEVICE void operator()(const params& p, shared_storage&) const {
     const int64_t stride = int64_t(arch::grid_dim().x) * threads;
     for (int64_t i = int64_t(arch::block_idx().x) * threads + arch::thread_rank(); i < p.n_units; i += stride) {
       if (p.m == mode::f32) {
-        static_cast<float*>(p.data)[i] = f32_value(p, i);
+        static_cast<float*>(p.data)[place(p, i)] = f32_value(p, i);
       } else {
-        static_cast<uint16_t*>(p.data)[i] = quant_unit(p, i);
+        static_cast<uint16_t*>(p.data)[place(p, i)] = quant_unit(p, i);
       }
     }
   }
@@ -94,16 +106,33 @@ io::ggml_type q4_k_m_type(const io::model_hparams& h, const io::expected_tensor&
 std::vector<synth_tensor> synth_layout(const io::model_hparams& h, bool tied);
 
 // Launches the fill of `t` at `base` (device) with the value ranges the model math wants (see .cpp).
-status fill_tensor(uint8_t* base, const synth_tensor& t, const io::model_hparams& h, uint64_t seed, stream_t s);
+// chunk_bytes/stride_bytes: the tensor goes to `base` itself in chunks (synth_fill_kernel::params).
+status fill_tensor(uint8_t* base, const synth_tensor& t, const io::model_hparams& h, uint64_t seed, stream_t s,
+                   int64_t chunk_bytes = 0, int64_t stride_bytes = 0);
+
+// Whether synthetic tensor `name` holds routed experts (kept in host memory with expert slots).
+bool is_synth_routed_expert(const std::string& name);
+// Device bytes synth_model::build allocates for the weights of `layout`, all of them or (host_experts)
+// all but the routed experts: what the memory planner places.
+uint64_t synth_device_bytes(const std::vector<synth_tensor>& layout, bool host_experts);
+
+// plan_memory for the synthetic model of `h`: the device bytes build() takes with and without the
+// routed experts, the decoder configured as `cfg`, under `budget` (slots: --expert-cache).
+status plan_synth_memory(const io::model_hparams& h, bool tied, const decoder_config& cfg, uint64_t budget,
+                         std::optional<int64_t> slots, memory_plan& out);
 
 class synth_model {
  public:
   // Allocates and fills every tensor of `h` on the device (`tied`: token_embd doubles as the LM head).
-  status build(const io::model_hparams& h, bool tied, uint64_t seed, stream_t s = nullptr);
+  // expert_slots in 0 .. n_experts - 1 (a model with MoE layers): the routed experts are written to an
+  // expert store's pinned host memory instead, behind that many device slots per MoE layer, as
+  // device_model::load does for a file; the weights are the same bytes either way.
+  status build(const io::model_hparams& h, bool tied, uint64_t seed, stream_t s = nullptr, int expert_slots = -1);
 
   const device_model& model() const { return model_; }
   const std::vector<synth_tensor>& tensors() const { return layout_; }
-  uint64_t bytes() const { return data_.bytes(); }
+  uint64_t bytes() const { return data_.bytes(); }             // device bytes of the weights (without a store's)
+  const uint8_t* device_data() const { return data_.data(); }  // the tensors at their layout offsets
   bool tied() const { return tied_; }
 
  private:

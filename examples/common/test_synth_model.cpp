@@ -205,3 +205,109 @@ TEST_CASE("synthetic tiny models decode with finite, spread logits" * test::need
 }
 
 }  // namespace
+
+// The synthetic MoE model with its routed experts in host memory: the store's home holds exactly the
+// bytes the all-resident build has on the device, and prompt and decode logits are bit-identical.
+namespace {
+
+struct run_out {
+  std::vector<float> prompt_logits, last_logits;
+  std::vector<int32_t> ids;
+};
+
+run_out run_synth(const gen::synth_model& s, int steps) {
+  gen::decoder d;
+  gen::decoder_config cfg;
+  cfg.n_ctx = 64;
+  cfg.expert_rebalance_steps = 2;  // promotions happen during the run
+  REQUIRE(d.init(s.model(), cfg).ok());
+  run_out r;
+  const std::vector<int32_t> prompt = {1, 500, 17, 260, 3, 99, 511, 42, 7, 300};
+  REQUIRE(d.eval(prompt).ok());
+  REQUIRE(d.last_logits(r.prompt_logits).ok());
+  launch::sampling_params greedy;
+  greedy.temperature = 0;
+  for (int i = 0; i < steps; ++i) {
+    int32_t id = -1;
+    REQUIRE(d.sample(greedy, {}, id).ok());
+    r.ids.push_back(id);
+    REQUIRE(d.eval({&id, 1}).ok());
+  }
+  REQUIRE(d.last_logits(r.last_logits).ok());
+  return r;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("synthetic MoE model with host-resident experts: same bytes, bit-identical logits" * test::needs_device()) {
+  const io::model_hparams h = io::hparams_of<models::tiny_moe>();
+  gen::synth_model all;
+  Q35_REQUIRE_OK(all.build(h, models::tiny_moe::tied_embeddings, 5));
+  REQUIRE(all.model().experts() == nullptr);
+  const run_out want = run_synth(all, 6);
+  for (int slots : {0, 1, 3}) {
+    CAPTURE(slots);
+    gen::synth_model host;
+    Q35_REQUIRE_OK(host.build(h, models::tiny_moe::tied_embeddings, 5, nullptr, slots));
+    const gen::expert_store* st = host.model().experts();
+    REQUIRE(st != nullptr);
+    CHECK(st->slots() == slots);
+    CHECK(host.bytes() == gen::synth_device_bytes(host.tensors(), true));
+    CHECK(host.bytes() < all.bytes());
+    // home against the resident tensors, expert by expert
+    std::map<std::string, const gen::synth_tensor*> by_name;
+    for (const gen::synth_tensor& t : all.tensors()) by_name[t.name] = &t;
+    std::vector<uint8_t> dev(all.bytes());
+    Q35_REQUIRE_OK(copy(dev.data(), all.device_data(), dev.size(), copy_kind::device_to_host));
+    for (const gen::expert_store::layer& L : st->layers()) {
+      const std::string b = "blk." + std::to_string(L.index) + ".";
+      const gen::synth_tensor* g = by_name.at(b + "ffn_gate_exps.weight");
+      const gen::synth_tensor* u = by_name.at(b + "ffn_up_exps.weight");
+      const gen::synth_tensor* dn = by_name.at(b + "ffn_down_exps.weight");
+      for (int e = 0; e < st->n_experts(); ++e) {
+        const uint8_t* home = L.home_gu + int64_t(e) * L.gu_stride;
+        REQUIRE(std::memcmp(home, dev.data() + g->offset + uint64_t(e) * uint64_t(L.gate_bytes),
+                            size_t(L.gate_bytes)) == 0);
+        REQUIRE(std::memcmp(home + L.gate_bytes, dev.data() + u->offset + uint64_t(e) * uint64_t(L.gate_bytes),
+                            size_t(L.gate_bytes)) == 0);
+        REQUIRE(std::memcmp(L.home_dn + int64_t(e) * L.dn_stride,
+                            dev.data() + dn->offset + uint64_t(e) * uint64_t(L.dn_stride), size_t(L.dn_stride)) == 0);
+      }
+    }
+    const run_out got = run_synth(host, 6);
+    CHECK(same_bits(got.prompt_logits, want.prompt_logits));
+    CHECK(same_bits(got.last_logits, want.last_logits));
+    CHECK(got.ids == want.ids);
+  }
+}
+
+TEST_CASE("plan_synth_memory: the plan is what the synthetic model and its decoder allocate" * test::needs_device()) {
+  const io::model_hparams h = io::hparams_of<models::tiny_moe>();
+  gen::decoder_config cfg;
+  cfg.n_ctx = 64;
+  gen::memory_plan all;
+  Q35_REQUIRE_OK(gen::plan_synth_memory(h, false, cfg, UINT64_MAX, std::nullopt, all));
+  CHECK_FALSE(all.host_experts());
+  CHECK(all.weights + all.resident_experts == gen::synth_device_bytes(gen::synth_layout(h, false), false));
+  for (int64_t slots : {0, 2}) {
+    CAPTURE(slots);
+    gen::memory_plan p;
+    Q35_REQUIRE_OK(gen::plan_synth_memory(h, false, cfg, UINT64_MAX, slots, p));
+    gen::synth_model s;
+    Q35_REQUIRE_OK(s.build(h, false, 9, nullptr, int(slots)));
+    gen::decoder d;
+    Q35_REQUIRE_OK(d.init(s.model(), cfg));
+    CHECK(p.weights == s.bytes());
+    CHECK(p.expert_device_bytes() == s.model().experts()->device_bytes());
+    CHECK(p.host_bytes() == s.model().experts()->host_bytes());
+    CHECK(p.decoder.total() == d.device_memory().total());
+    // the budget the plan needs gives back the same slot count
+    gen::memory_plan again;
+    Q35_REQUIRE_OK(gen::plan_synth_memory(h, false, cfg, p.device_bytes(), std::nullopt, again));
+    CHECK(again.slots == int(slots));
+  }
+}
