@@ -55,10 +55,17 @@ if ((e2e_build_rc == 0)); then
   timeout "$(left 210)" "$e2e_build/examples/qwen35_generate/qwen35_generate_cuda" --bench \
     --bench-json "$logs/e2e.json" >"$logs/e2e.log" 2>&1
   e2e_rc=$?
+  # Experts in host memory: 35B-A3B and 122B-A10B under 24 GB and 16 GB budgets (hit rate, host bytes
+  # per token, zero-copy bandwidth; docs/moe.md). One context and one prompt length to fit the budget.
+  timeout "$(left 200)" "$e2e_build/examples/qwen35_generate/qwen35_generate_cuda" --bench --bench-model 35B-A3B \
+    --bench-model 122B-A10B --vram 24G,16G --bench-ctx 0 --bench-pp 512 --bench-json "$logs/e2e_vram.json" \
+    >"$logs/e2e_vram.log" 2>&1
+  vram_rc=$?
 else
   tail -20 "$logs/build_e2e.log"
   echo "qwen35_generate_cuda build failed (see $logs/build_e2e.log): no end-to-end results"
   e2e_rc=$e2e_build_rc
+  vram_rc=$e2e_build_rc
 fi
 e2e_s=$((SECONDS - e2e_start))
 
@@ -68,7 +75,7 @@ bench_rc=$?
 
 echo
 echo "== summary ($gpu) =="
-echo "build: ${build_s}s   tests: rc=$tests_rc ($(grep -Eo '[0-9]+% tests passed.*' "$logs/tests.log" | head -1))   e2e: rc=$e2e_rc (${e2e_s}s)   bench: rc=$bench_rc   total: $((SECONDS - start))s"
+echo "build: ${build_s}s   tests: rc=$tests_rc ($(grep -Eo '[0-9]+% tests passed.*' "$logs/tests.log" | head -1))   e2e: rc=$e2e_rc vram: rc=$vram_rc (${e2e_s}s)   bench: rc=$bench_rc   total: $((SECONDS - start))s"
 tail -1 "$logs/ptxas.txt"
 python3 - "$logs/bench.json" <<'PY'
 import json, sys
@@ -110,5 +117,24 @@ for m in data.get("models", []):
         print(f"{(m['name'] if i == 0 else '')[:26]:26s} {(pp if i == 0 else '')[:18]:>18s} {d['context']:6d} "
               f"{d['tok_s']:9.1f} {d['bytes_per_token'] / 1e9:7.3f} {d['roofline_pct'] or 0:6.1f}  "
               f"{1e3 * s['eager_forward']:.0f} / {1e3 * s['graph_forward']:.0f} / {1e3 * s['eager_minus_graph']:.0f}")
+PY
+python3 - "$logs/e2e_vram.json" <<'PY'
+import json, sys
+try:
+    data = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(f"no --vram results: {e}")
+    sys.exit(0)
+print(f"\nexperts in host memory (zero-copy read {data.get('zero_copy_gbps')} GB/s, copy {data.get('copy_gbps')} GB/s):")
+print(f"{'model':26s} {'budget GiB':>10s} {'slots':>9s} {'pp tok/s':>9s} {'tg tok/s':>9s} {'hit %':>6s} {'host MB/tok':>11s} {'%roof':>6s}")
+for m in data.get("models", []):
+    gib = m.get("vram_budget", 0) / 2**30
+    if "skipped" in m:
+        print(f"{m['name'][:26]:26s} {gib:10.1f} skipped: {m['skipped'][:200]}")
+        continue
+    pp = m["prefill"][0]["tok_s"] if m.get("prefill") else 0
+    for d in m.get("decode", []):
+        print(f"{m['name'][:26]:26s} {gib:10.1f} {m['expert_slots']:4d}/{m['n_experts']:<4d} {pp:9.0f} {d['tok_s']:9.1f} "
+              f"{100 * d.get('expert_hit_rate', 1):6.1f} {d.get('host_bytes_per_token', 0) / 1e6:11.1f} {d['roofline_pct'] or 0:6.1f}")
 PY
 exit $((tests_rc != 0))

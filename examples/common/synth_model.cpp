@@ -6,6 +6,8 @@
 #include "memory_plan.hpp"
 #include "q35/core/numeric.hpp"
 #include "q35/launch/launch.hpp"
+#include "q35/models/qwen35_moe.hpp"
+#include "q35/models/schedule.hpp"
 
 namespace q35::gen {
 
@@ -143,6 +145,21 @@ status fill_tensor(uint8_t* base, const synth_tensor& t, const io::model_hparams
     }
   }
   return launch::launch<synth_fill_kernel>(p, s);
+}
+
+io::model_hparams moe_hparams(const moe_shape& s) {
+  io::model_hparams h = io::hparams_of<models::qwen35_35b_a3b>();
+  const uint32_t v_head_dim = h.ssm_v_head_dim();
+  h.n_layers = s.n_layers, h.n_embd = s.n_embd, h.n_heads = s.n_heads;
+  h.ssm_n_v_heads = s.ssm_n_v_heads, h.ssm_inner_size = s.ssm_n_v_heads * v_head_dim;
+  h.n_experts = s.n_experts, h.n_experts_used = s.n_experts_used;
+  h.expert_ff_dim = h.shared_ff_dim = s.expert_ff_dim;
+  h.layer_kinds.clear(), h.ffn_kinds.clear();
+  for (uint32_t il = 0; il < s.n_layers; ++il) {
+    h.layer_kinds.push_back(models::hybrid_layer_kind(int(il), int(h.full_attention_interval)));
+    h.ffn_kinds.push_back(models::ffn_type::moe);
+  }
+  return h;
 }
 
 bool is_synth_routed_expert(const std::string& name) { return contains(name, "_exps."); }

@@ -110,6 +110,21 @@ std::vector<synth_tensor> synth_layout(const io::model_hparams& h, bool tied);
 status fill_tensor(uint8_t* base, const synth_tensor& t, const io::model_hparams& h, uint64_t seed, stream_t s,
                    int64_t chunk_bytes = 0, int64_t stride_bytes = 0);
 
+// A Qwen3.5 MoE shape from its hyper-parameters (checkpoints without traits in include/q35/models):
+// the 35B-A3B's attention, GDN and norm constants with these replaced; every layer MoE, full
+// attention every 4th layer, a shared expert as wide as a routed one.
+struct moe_shape {
+  uint32_t n_layers, n_embd, n_heads, ssm_n_v_heads, n_experts, n_experts_used, expert_ff_dim;
+};
+io::model_hparams moe_hparams(const moe_shape& s);
+// 122B-A10B: 48 layers (llama.cpp's size detection), hidden 3072, 32 q / 2 kv heads of 256, GDN 16 k /
+// 64 v heads of 128, 256 experts of 1024, top-8: our reading of the published model card (~122 B
+// parameters, ~10 B active; test_synth_model.cpp counts them).
+inline constexpr moe_shape qwen35_122b_a10b_shape{48, 3072, 32, 64, 256, 8, 1024};
+// 397B-A17B: 60 layers, hidden 4096, 32 q / 2 kv heads of 256, 512 experts of 1024, top-10 (a published
+// training config); GDN 16 k / 64 v heads of 128 assumed.
+inline constexpr moe_shape qwen35_397b_a17b_shape{60, 4096, 32, 64, 512, 10, 1024};
+
 // Whether synthetic tensor `name` holds routed experts (kept in host memory with expert slots).
 bool is_synth_routed_expert(const std::string& name);
 // Device bytes synth_model::build allocates for the weights of `layout`, all of them or (host_experts)

@@ -311,3 +311,36 @@ TEST_CASE("plan_synth_memory: the plan is what the synthetic model and its decod
     CHECK(again.slots == int(slots));
   }
 }
+
+// The shapes the benchmark builds without traits: their parameter counts must be what their names say
+// (every tensor's elements; active = all but the routed experts, plus k / n_experts of those).
+TEST_CASE("MoE shapes from hyper-parameters: 122B-A10B and 397B-A17B count their parameters") {
+  auto count = [](const io::model_hparams& h, double& total, double& active) {
+    total = active = 0;
+    for (const io::expected_tensor& t : io::expected_tensors(h)) {
+      const double n = double(t.ne[0]) * double(t.ne[1]) * double(t.ne[2]) * double(t.ne[3]);
+      total += n;
+      const bool routed = t.name.find("_exps.") != std::string::npos;
+      active += routed ? n * double(h.n_experts_used) / double(h.n_experts) : n;
+    }
+  };
+  double total = 0, active = 0;
+  // the 35B-A3B traits as a control: 35 B and 3 B
+  count(io::hparams_of<models::qwen35_35b_a3b>(), total, active);
+  CHECK(total > 33e9);
+  CHECK(total < 37e9);
+  CHECK(active > 2.5e9);
+  CHECK(active < 4e9);
+  count(gen::moe_hparams(gen::qwen35_122b_a10b_shape), total, active);
+  MESSAGE("122B-A10B shape: " << total * 1e-9 << " B parameters, " << active * 1e-9 << " B active");
+  CHECK(total > 118e9);
+  CHECK(total < 126e9);
+  CHECK(active > 8.5e9);
+  CHECK(active < 11.5e9);
+  count(gen::moe_hparams(gen::qwen35_397b_a17b_shape), total, active);
+  MESSAGE("397B-A17B shape: " << total * 1e-9 << " B parameters, " << active * 1e-9 << " B active");
+  CHECK(total > 385e9);
+  CHECK(total < 410e9);
+  CHECK(active > 15e9);
+  CHECK(active < 19e9);
+}

@@ -195,10 +195,18 @@ const std::vector<flag>& flags() {
       {{"--vram"},
        "SIZE",
        [](options& o, const std::string& n, const std::string& v) {
-         o.vram = gen::parse_memory_size(v);
-         if (!o.vram)
-           throw usage_error(n + " expects a size in bytes with an optional K, M, G or T suffix (e.g. 24G, 16000M), " +
-                             "got '" + v + "'");
+         o.vram_list.clear();
+         for (size_t at = 0; at <= v.size();) {
+           const size_t comma = std::min(v.find(',', at), v.size());
+           const std::string one = v.substr(at, comma - at);
+           const std::optional<uint64_t> b = gen::parse_memory_size(one);
+           if (!b)
+             throw usage_error(n + " expects a size in bytes with an optional K, M, G or T suffix (e.g. 24G, " +
+                               "16000M), got '" + one + "'");
+           o.vram_list.push_back(*b);
+           at = comma + 1;
+         }
+         o.vram = o.vram_list.front();
        }},
       {{"--moe-adaptive-k"},
        "K1,K2,K3",
@@ -261,11 +269,14 @@ options parse_args(const std::vector<std::string>& args) {
   }
   if (o.moe_adaptive_entropy && !o.moe_adaptive_k)
     throw usage_error("--moe-adaptive-entropy sets the thresholds of --moe-adaptive-k: add it");
-  if (o.expert_cache && o.cmd != command::generate)
-    throw usage_error("--expert-cache applies to generation (-p, -f, -cnv)");
-  if (o.expert_policy && o.cmd != command::generate)
-    throw usage_error("--expert-policy applies to generation (-p, -f, -cnv)");
-  if (o.vram && o.cmd != command::generate) throw usage_error("--vram applies to generation (-p, -f, -cnv)");
+  const bool runs_model = o.cmd == command::generate || o.cmd == command::bench;
+  if (o.expert_cache && !runs_model)
+    throw usage_error("--expert-cache applies to generation (-p, -f, -cnv) and --bench");
+  if (o.expert_policy && !runs_model)
+    throw usage_error("--expert-policy applies to generation (-p, -f, -cnv) and --bench");
+  if (o.vram && !runs_model) throw usage_error("--vram applies to generation (-p, -f, -cnv) and --bench");
+  if (o.vram_list.size() > 1 && o.cmd != command::bench)
+    throw usage_error("--vram takes a list of budgets only with --bench (one row each)");
   if (o.moe_adaptive_k && o.cmd != command::generate)
     throw usage_error("--moe-adaptive-k applies to generation (-p, -f, -cnv)");
   return o;
@@ -356,7 +367,11 @@ std::string usage(const std::string& program) {
          "                         (--bench-pp), bytes per token against the measured copy bandwidth and a\n"
          "                         decode step split by call; of -m FILE, or else of synthetic full-size Q4_K_M\n"
          "                         models built on the device (on the sim: tiny shapes, timings meaningless)\n"
-         "  --bench-model NAME     a synthetic model: 9B, 27B, 35B-A3B, 9B-MoE, tiny-dense, tiny-moe (repeatable)\n"
+         "  --bench-model NAME     a synthetic model: 9B, 27B, 35B-A3B, 122B-A10B, 397B-A17B, 9B-MoE, tiny-dense,\n"
+         "                         tiny-moe (repeatable)\n"
+         "                         With --vram SIZE[,SIZE...] each model runs once per budget, its routed experts\n"
+         "                         in host memory behind as many slots as fit (--expert-cache N: N slots); the\n"
+         "                         rows add the hit rate, host bytes per token and the zero-copy bandwidth\n"
          "  --bench-json FILE      results as JSON (default bench_<gpu>.json)\n"
          "  --bench-ctx LIST       decode contexts, comma-separated (default 0,4096,32768; sim 0,48)\n"
          "  --bench-pp LIST        prefill lengths, comma-separated (default 512,4096; sim 32)\n"

@@ -53,7 +53,8 @@ struct options {
   std::optional<std::string> expert_heatmap_path;  // --expert-heatmap FILE.svg
   // MoE layers: routed experts in pinned host memory behind this many device slots per layer
   std::optional<int64_t> expert_cache;       // --expert-cache N
-  std::optional<uint64_t> vram;              // --vram SIZE (bytes)
+  std::optional<uint64_t> vram;              // --vram SIZE (bytes): the first of vram_list
+  std::vector<uint64_t> vram_list;           // --vram SIZE[,SIZE...] (a list only with --bench)
   std::optional<std::string> expert_policy;  // --expert-policy frequency|lru
   // adaptive top-k of the MoE layers (opt-in): experts per token by routing entropy
   std::optional<std::array<int, 3>> moe_adaptive_k;          // --moe-adaptive-k K1,K2,K3

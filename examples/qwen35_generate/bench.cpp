@@ -8,8 +8,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -18,7 +20,10 @@
 #include "commands.hpp"
 #include "decoder.hpp"
 #include "device_model.hpp"
+#include "memory_plan.hpp"
 #include "model_loader.hpp"
+#include "q35/arch/vector_load.hpp"
+#include "q35/launch/launch.hpp"
 #include "q35/models/qwen35.hpp"
 #include "q35/models/qwen35_moe.hpp"
 #include "q35/models/tiny.hpp"
@@ -101,8 +106,32 @@ class timeline {
 // ---- the device ----
 struct device_facts {
   std::string name = "sim";
-  double copy_gbps = 0;  // device-to-device copy, read + write bytes / s (0: not measured)
+  double copy_gbps = 0;       // device-to-device copy, read + write bytes / s (0: not measured)
+  double zero_copy_gbps = 0;  // a kernel reading pinned host memory (0: not measured)
   uint64_t free_bytes = 0, total_bytes = 0;
+};
+
+// Reads n 16-byte words of (pinned, mapped) host memory as an expert miss does: 16-byte loads over the
+// bus, a grid-stride loop. What it XORs together is stored only if it is a value it never is, so the
+// loads stay. Thread-to-data mapping: word i by thread i mod (grid x threads).
+struct host_read_kernel {
+  struct params {
+    const uint32_t* data;  // 16-byte aligned, 4 * n words
+    int64_t n;
+    uint32_t* sink;  // device, one word
+  };
+  struct shared_storage {};
+  static constexpr int threads = 256;
+  static dim3 grid(const params&) { return dim3(1024); }
+  Q35_DEVICE void operator()(const params& p, shared_storage&) const {
+    uint32_t acc = 0;
+    const int64_t stride = int64_t(arch::grid_dim().x) * threads;
+    for (int64_t i = int64_t(arch::block_idx().x) * threads + arch::thread_rank(); i < p.n; i += stride) {
+      const vec16<uint32_t> v = arch::load_16(p.data + 4 * i);
+      acc ^= v[0] ^ v[1] ^ v[2] ^ v[3];
+    }
+    if (acc == 0x9e3779b9u) *p.sink = acc;
+  }
 };
 
 #if Q35_BACKEND_CUDA
@@ -123,9 +152,29 @@ double measure_copy_gbps() {
   std::sort(ms.begin(), ms.end());
   return 2.0 * double(bytes) / (ms[ms.size() / 2] * 1e-3) * 1e-9;
 }
+
+// Bytes / s a kernel reads from pinned host memory (the floor of an expert miss): 1 GiB, median of 7.
+double measure_zero_copy_gbps() {
+  const size_t bytes = size_t(1) << 30;
+  pinned_buffer<uint32_t> host;
+  device_buffer<uint32_t> sink;
+  if (!host.allocate(bytes / 4).ok() || !sink.allocate(1).ok()) return 0;
+  std::memset(host.data(), 0x5a, bytes);
+  timeline t;
+  std::vector<double> ms;
+  for (int i = 0; i < 9; ++i) {
+    t.clear();
+    const size_t e0 = t.record(nullptr);
+    check(launch::launch<host_read_kernel>({host.data(), int64_t(bytes / 16), sink.data()}), "--bench: zero-copy read");
+    const size_t e1 = t.record(nullptr);
+    if (i >= 2) ms.push_back(t.ms(e0, e1));
+  }
+  std::sort(ms.begin(), ms.end());
+  return double(bytes) / (ms[ms.size() / 2] * 1e-3) * 1e-9;
+}
 #endif
 
-device_facts query_device() {
+device_facts query_device(bool host_experts) {
   device_facts d;
 #if Q35_BACKEND_CUDA
   if (!device_available()) throw std::runtime_error("--bench: no CUDA device visible");
@@ -135,21 +184,14 @@ device_facts query_device() {
   check(detail::cuda_status(cudaGetDeviceProperties(&p, dev), "cudaGetDeviceProperties"), "--bench");
   d.name = p.name;
   d.copy_gbps = measure_copy_gbps();
+  if (host_experts) d.zero_copy_gbps = measure_zero_copy_gbps();
   size_t f = 0, t = 0;
   check(detail::cuda_status(cudaMemGetInfo(&f, &t), "cudaMemGetInfo"), "--bench");
   d.free_bytes = f, d.total_bytes = t;
+#else
+  (void)host_experts;
 #endif
   return d;
-}
-
-uint64_t free_device_bytes() {
-#if Q35_BACKEND_CUDA
-  size_t f = 0, t = 0;
-  check(detail::cuda_status(cudaMemGetInfo(&f, &t), "cudaMemGetInfo"), "--bench");
-  return f;
-#else
-  return UINT64_MAX;
-#endif
 }
 
 // ---- what is measured ----
@@ -209,17 +251,27 @@ struct context_result {
   int distinct_ids = 0;
   bool finite = true;
   step_breakdown b;
+  // host-resident experts, over the tg run (hit_rate < 0: every expert on the device)
+  double hit_rate = -1, host_bytes_per_token = 0, promotions_per_token = 0;
 };
 
 struct model_result {
   std::string name, source;
   std::string skipped;  // why the model was not run
   uint64_t weight_bytes = 0;
+  // the memory plan: budget (0: none given), device slots per MoE layer (-1: every expert on the
+  // device), bytes of routed experts in pinned host memory, and the plan in words
+  uint64_t budget = 0, host_bytes = 0;
+  int slots = -1, n_experts = 0;
+  std::string plan;
   double weight_bytes_per_token = 0, state_bytes_per_token = 0;
   std::vector<std::pair<int64_t, double>> prefill;  // (tokens, tokens/s)
   std::vector<context_result> decode;
   bool graphs = false;
 };
+
+// " @ 24.0 GiB": the budget a model ran under, or nothing.
+std::string budget_tag(const model_result& r) { return r.budget ? " @ " + gen::format_bytes(r.budget) : std::string(); }
 
 // Bytes the weights cost per generated token: every tensor but token_embd (one row of it is gathered;
 // tied: the LM head reads all of it), and of the routed expert tensors only k of n_experts matrices.
@@ -250,15 +302,8 @@ double kv_bytes_at(const io::model_hparams& h, int64_t c) {
 // ---- one model ----
 class model_bench {
  public:
-  model_bench(const gen::device_model& m, const bench_plan& plan, int64_t n_batch)
+  model_bench(const gen::device_model& m, const bench_plan& plan, const gen::decoder_config& cfg)
       : m_(m), plan_(plan), rng_(20261201) {
-    gen::decoder_config cfg;
-    const int64_t max_ctx = plan.contexts.empty() ? 0 : *std::max_element(plan.contexts.begin(), plan.contexts.end());
-    int64_t max_pp = 0;
-    for (int64_t p : plan.prompts) max_pp = std::max(max_pp, p);
-    cfg.n_ctx = std::max(max_ctx + plan.tg + 2 * plan.breakdown_steps + 16, max_pp + 16);
-    cfg.n_batch = n_batch;
-    cfg.kv_type = kv::kv_type::f16;
     check(dec_.init(m, cfg), "decoder init");
     greedy_.temperature = 0.0f, greedy_.top_k = 0, greedy_.top_p = 1.0f, greedy_.min_p = 0.0f;
     greedy_.repeat_penalty = 1.0f, greedy_.repeat_last_n = 0;
@@ -298,6 +343,7 @@ class model_bench {
     feed_prompt(std::max<int64_t>(c, 1));  // context 0: one token, so there are logits to sample
     int32_t id = 0;
     std::vector<int32_t> ids;
+    const gen::expert_cache_stats before = cache_totals();
     const auto t0 = clock_type::now();
     for (int64_t i = 0; i < plan_.tg; ++i) {
       step(id);
@@ -307,6 +353,13 @@ class model_bench {
     const double s = seconds_since(t0);
     r.tok_s = double(plan_.tg) / s;
     r.ms_per_token = 1e3 * s / double(plan_.tg);
+    if (dec_.expert_slots() >= 0) {
+      const gen::expert_cache_stats after = cache_totals();
+      const double looks = double(after.hits - before.hits + after.misses - before.misses);
+      r.hit_rate = looks > 0 ? double(after.hits - before.hits) / looks : 0;
+      r.host_bytes_per_token = double(after.host_bytes - before.host_bytes) / double(plan_.tg);
+      r.promotions_per_token = double(after.promotions - before.promotions) / double(plan_.tg);
+    }
     std::sort(ids.begin(), ids.end());
     r.distinct_ids = int(std::unique(ids.begin(), ids.end()) - ids.begin());
     std::vector<float> logits;
@@ -316,7 +369,32 @@ class model_bench {
     return r;
   }
 
+  // The decoder's configuration for `plan` (the context its longest run needs, f16 KV).
+  static gen::decoder_config config(const bench_plan& plan, int64_t n_batch, gen::expert_policy policy) {
+    gen::decoder_config cfg;
+    const int64_t max_ctx = plan.contexts.empty() ? 0 : *std::max_element(plan.contexts.begin(), plan.contexts.end());
+    int64_t max_pp = 0;
+    for (int64_t p : plan.prompts) max_pp = std::max(max_pp, p);
+    cfg.n_ctx = std::max(max_ctx + plan.tg + 2 * plan.breakdown_steps + 16, max_pp + 16);
+    cfg.n_batch = n_batch;
+    cfg.kv_type = kv::kv_type::f16;
+    cfg.expert_cache_policy = policy;
+    return cfg;
+  }
+
  private:
+  // The expert cache's record summed over the MoE layers (zero without host-resident experts).
+  gen::expert_cache_stats cache_totals() {
+    std::vector<gen::expert_cache_stats> per_layer;
+    check(dec_.expert_cache(per_layer), "expert cache");
+    gen::expert_cache_stats t;
+    for (const gen::expert_cache_stats& c : per_layer) {
+      t.hits += c.hits, t.misses += c.misses, t.staged += c.staged;
+      t.host_bytes += c.host_bytes, t.promotions += c.promotions;
+    }
+    return t;
+  }
+
   std::vector<int32_t> random_ids(int64_t n) {
     std::uniform_int_distribution<int32_t> pick(0, int32_t(m_.hparams().n_vocab) - 1);
     std::vector<int32_t> ids(static_cast<size_t>(n));
@@ -379,9 +457,9 @@ class model_bench {
 // Runs the plan on model `m`; `tensors` (name, bytes) count the bytes per token.
 void run_model(model_result& r, const gen::device_model& m,
                const std::vector<std::pair<std::string, uint64_t>>& tensors, const bench_plan& plan,
-               const device_facts& dev, int64_t n_batch, std::ostream& out) {
+               const device_facts& dev, const gen::decoder_config& cfg, std::ostream& out) {
   const io::model_hparams& h = m.hparams();
-  model_bench b(m, plan, n_batch);
+  model_bench b(m, plan, cfg);
   r.weight_bytes = m.weight_bytes();
   r.weight_bytes_per_token = weight_bytes_per_token(h, tensors);
   r.state_bytes_per_token = 2.0 * double(b.recurrent_bytes());  // GDN state read + written
@@ -395,8 +473,12 @@ void run_model(model_result& r, const gen::device_model& m,
     context_result d = b.decode(c);
     d.kv_bytes = kv_bytes_at(h, c + plan.tg / 2);  // the mean context of the tg run
     d.bytes_per_token = r.weight_bytes_per_token + r.state_bytes_per_token + d.kv_bytes;
-    if (dev.copy_gbps > 0) {
-      d.roofline_tok_s = dev.copy_gbps * 1e9 / d.bytes_per_token;
+    if (dev.copy_gbps > 0 && (d.hit_rate < 0 || dev.zero_copy_gbps > 0)) {
+      // host-resident experts: what the kernels read from host memory goes at the zero-copy bandwidth
+      const double host = std::min(d.host_bytes_per_token, d.bytes_per_token);
+      const double s_per_token =
+          (d.bytes_per_token - host) / (dev.copy_gbps * 1e9) + (host > 0 ? host / (dev.zero_copy_gbps * 1e9) : 0.0);
+      d.roofline_tok_s = 1.0 / s_per_token;
       d.roofline_pct = 100.0 * d.tok_s / d.roofline_tok_s;
     }
     std::fprintf(stderr, "  %s tg%lld @ %lld: %.1f tok/s\n", r.name.c_str(), (long long)plan.tg, (long long)c, d.tok_s);
@@ -417,10 +499,21 @@ synthetic_entry entry(const char* key) {
   return {key, std::string(M::name), io::hparams_of<M>(), M::tied_embeddings};
 }
 
+synthetic_entry moe_entry(const char* key, const char* name, const gen::moe_shape& shape) {
+  return {key, name, gen::moe_hparams(shape), false};
+}
+
 std::vector<synthetic_entry> synthetic_models() {
-  return {entry<models::qwen35_9b>("9B"),          entry<models::qwen35_35b_a3b>("35B-A3B"),
-          entry<models::qwen35_27b>("27B"),        entry<models::qwen35_9b_moe>("9B-MoE"),
-          entry<models::tiny_dense>("tiny-dense"), entry<models::tiny_moe>("tiny-moe")};
+  return {entry<models::qwen35_9b>("9B"), entry<models::qwen35_35b_a3b>("35B-A3B"), entry<models::qwen35_27b>("27B"),
+          // 48 layers (llama.cpp's size detection), hidden 3072, 32 q / 2 kv heads of 256, GDN 16 k / 64 v
+          // heads of 128, 256 experts of 1024, top-8, shared expert 1024: our reading of the published
+          // config (~122 B parameters, ~10 B active); see docs/moe.md
+          moe_entry("122B-A10B", "Qwen3.5-122B-A10B (shape)", gen::qwen35_122b_a10b_shape),
+          // 60 layers, hidden 4096, 32 q / 2 kv heads of 256, 512 experts of 1024, top-10, shared 1024
+          // (a published training config); GDN 16 k / 64 v heads of 128 assumed
+          moe_entry("397B-A17B", "Qwen3.5-397B-A17B (shape)", gen::qwen35_397b_a17b_shape),
+          entry<models::qwen35_9b_moe>("9B-MoE"), entry<models::tiny_dense>("tiny-dense"),
+          entry<models::tiny_moe>("tiny-moe")};
 }
 
 // ---- output ----
@@ -450,6 +543,7 @@ void write_json(const std::string& path, const device_facts& dev, const bench_pl
   f << "  \"backend\": \"" << (on_gpu ? "cuda" : "sim") << "\",\n";
   f << "  \"meaningful\": " << (on_gpu ? "true" : "false") << ",\n";
   f << "  \"copy_gbps\": " << num(dev.copy_gbps, 1) << ",\n";
+  f << "  \"zero_copy_gbps\": " << num(dev.zero_copy_gbps, 1) << ",\n";
   f << "  \"tg_tokens\": " << plan.tg << ",\n  \"models\": [";
   for (size_t i = 0; i < results.size(); ++i) {
     const model_result& r = results[i];
@@ -459,7 +553,9 @@ void write_json(const std::string& path, const device_facts& dev, const bench_pl
       f << ", \"skipped\": \"" << json_escape(r.skipped) << "\"}";
       continue;
     }
-    f << ", \"weight_bytes\": " << r.weight_bytes << ", \"cuda_graphs\": " << (r.graphs ? "true" : "false")
+    f << ", \"vram_budget\": " << r.budget << ", \"expert_slots\": " << r.slots << ", \"n_experts\": " << r.n_experts
+      << ", \"host_expert_bytes\": " << r.host_bytes << ", \"plan\": \"" << json_escape(r.plan) << "\",\n     ";
+    f << "\"weight_bytes\": " << r.weight_bytes << ", \"cuda_graphs\": " << (r.graphs ? "true" : "false")
       << ",\n     \"weight_bytes_per_token\": " << num(r.weight_bytes_per_token, 0)
       << ", \"gdn_state_bytes_per_token\": " << num(r.state_bytes_per_token, 0) << ",\n     \"prefill\": [";
     for (size_t k = 0; k < r.prefill.size(); ++k)
@@ -472,7 +568,12 @@ void write_json(const std::string& path, const device_facts& dev, const bench_pl
         << ", \"ms_per_token\": " << num(d.ms_per_token, 4) << ", \"bytes_per_token\": " << num(d.bytes_per_token, 0)
         << ", \"kv_bytes_per_token\": " << num(d.kv_bytes, 0) << ", \"roofline_tok_s\": " << num(d.roofline_tok_s, 1)
         << ", \"roofline_pct\": " << num(d.roofline_pct, 1) << ", \"distinct_greedy_ids\": " << d.distinct_ids
-        << ", \"finite_logits\": " << (d.finite ? "true" : "false") << ",\n        \"step_ms\": {";
+        << ", \"finite_logits\": " << (d.finite ? "true" : "false");
+      if (d.hit_rate >= 0)
+        f << ", \"expert_hit_rate\": " << num(d.hit_rate, 4)
+          << ", \"host_bytes_per_token\": " << num(d.host_bytes_per_token, 0)
+          << ", \"promotions_per_token\": " << num(d.promotions_per_token, 3);
+      f << ",\n        \"step_ms\": {";
       for (int c = 0; c < n_cat; ++c) f << (c ? ", " : "") << "\"" << category_keys[c] << "\": " << num(d.b.ms[c], 4);
       f << ", \"eager_forward\": " << num(d.b.eager_forward_ms, 4)
         << ", \"graph_forward\": " << num(d.b.graph_forward_ms, 4)
@@ -488,6 +589,7 @@ void print_table(std::ostream& out, const device_facts& dev, const bench_plan& p
   char line[512];
   out << "\n== q35 --bench: " << dev.name;
   if (dev.copy_gbps > 0) out << ", measured copy bandwidth " << num(dev.copy_gbps, 0) << " GB/s";
+  if (dev.zero_copy_gbps > 0) out << ", zero-copy read of host memory " << num(dev.zero_copy_gbps, 1) << " GB/s";
   out << " ==\n";
   if (!on_gpu) out << "(sim backend: tiny shapes on the host emulator; these timings mean nothing for GPUs)\n";
   std::snprintf(line, sizeof line, "%-26s %7s %-24s %6s %9s %8s %8s %10s %7s\n", "model", "GB", "prefill tok/s", "ctx",
@@ -495,7 +597,7 @@ void print_table(std::ostream& out, const device_facts& dev, const bench_plan& p
   out << line;
   for (const model_result& r : results) {
     if (!r.skipped.empty()) {
-      out << r.name << ": skipped (" << r.skipped << ")\n";
+      out << r.name << budget_tag(r) << ": skipped (" << r.skipped << ")\n";
       continue;
     }
     std::string pp;
@@ -517,6 +619,15 @@ void print_table(std::ostream& out, const device_facts& dev, const bench_plan& p
       out << line;
       if (k == 0 && pp.size() > 24) out << "    prefill: " << pp << "\n";
     }
+    if (r.slots >= 0) {
+      out << "    experts" << budget_tag(r) << ": " << r.slots << " of " << r.n_experts
+          << " per MoE layer on the device, " << gen::format_bytes(r.host_bytes) << " in host memory;";
+      for (const context_result& d : r.decode)
+        out << " ctx " << d.context << ": hit " << num(100.0 * d.hit_rate, 1) << " %, "
+            << num(d.host_bytes_per_token * 1e-6, 1) << " MB/tok from host, " << num(d.promotions_per_token, 2)
+            << " promotions/tok;";
+      out << "\n";
+    }
     for (const context_result& d : r.decode) {
       out << "    step @ ctx " << d.context << " (us, eager, split by call):";
       for (int c = 0; c < n_cat; ++c)
@@ -536,6 +647,59 @@ std::string default_json_path(const device_facts& dev) {
   return "bench_" + n + ".json";
 }
 
+// Host memory available for pinned expert copies (Linux: MemAvailable), or UINT64_MAX when unknown.
+uint64_t available_host_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return UINT64_MAX;
+}
+
+// The budgets to run each model under: --vram's list, or one run without a budget.
+std::vector<std::optional<uint64_t>> budgets_of(const options& opt) {
+  std::vector<std::optional<uint64_t>> b(opt.vram_list.begin(), opt.vram_list.end());
+  if (b.empty()) b.push_back(std::nullopt);
+  return b;
+}
+
+// Plans model `r` (budget: --vram, or the device's free memory) and records the plan; false (with
+// r.skipped) when it cannot run here. Without --vram or --expert-cache every expert is on the device.
+template <class Plan>
+bool plan_model(model_result& r, const options& opt, std::optional<uint64_t> budget, const Plan& plan_fn,
+                gen::memory_plan& plan) {
+  r.budget = budget.value_or(0);
+  const std::optional<int64_t> slots = opt.expert_cache;
+  // neither flag: no limit, so every expert is on the device (then checked against what is free)
+  const uint64_t limit = budget ? *budget : slots ? gen::default_memory_budget() : UINT64_MAX;
+  const status st = plan_fn(limit, slots, plan);
+  if (!st.ok()) {
+    r.skipped = st.message();
+    return false;
+  }
+  r.slots = plan.slots, r.n_experts = plan.n_experts, r.host_bytes = plan.host_bytes();
+  r.plan = plan.describe();
+  if (on_gpu && plan.device_bytes() > gen::default_memory_budget()) {
+    r.skipped = "the plan needs " + gen::format_bytes(plan.device_bytes()) + " of device memory, " +
+                gen::format_bytes(gen::default_memory_budget()) + " free (less a margin)";
+    return false;
+  }
+  if (!on_gpu && plan.device_bytes() + plan.host_bytes() > available_host_bytes()) {  // the sim's device is the host
+    r.skipped = "the plan needs " + gen::format_bytes(plan.device_bytes() + plan.host_bytes()) +
+                " of host memory on the sim, " + gen::format_bytes(available_host_bytes()) + " available";
+    return false;
+  }
+  if (plan.host_bytes() > available_host_bytes()) {
+    r.skipped = "the plan needs " + gen::format_bytes(plan.host_bytes()) + " of host memory for the experts, " +
+                gen::format_bytes(available_host_bytes()) + " available";
+    return false;
+  }
+  if (!budget && plan.host_experts() && limit != UINT64_MAX) r.budget = limit;
+  return true;
+}
+
 }  // namespace
 
 int run_bench(const options& opt, std::ostream& out) {
@@ -548,12 +712,17 @@ int run_bench(const options& opt, std::ostream& out) {
                                             : std::vector<int64_t>{32};
   plan.tg = opt.n_predict > 0 ? opt.n_predict : on_gpu ? 128 : 4;
   plan.breakdown_steps = on_gpu ? 8 : 1;
+  const gen::decoder_config cfg = model_bench::config(
+      plan, opt.n_batch, opt.expert_policy == "lru" ? gen::expert_policy::lru : gen::expert_policy::frequency);
 
-  const device_facts dev = query_device();
+  const device_facts dev = query_device(!opt.vram_list.empty() || opt.expert_cache);
   const std::string json_path = opt.bench_json_path.empty() ? default_json_path(dev) : opt.bench_json_path;
   std::vector<model_result> results;
   bool all_finite = true;
   auto finish_model = [&](model_result& r) {
+    if (!r.skipped.empty())
+      std::fprintf(stderr, "%s%s: skipped (%s)%s%s\n", r.name.c_str(), budget_tag(r).c_str(), r.skipped.c_str(),
+                   r.plan.empty() ? "" : "\n  plan: ", r.plan.c_str());
     for (const context_result& d : r.decode) all_finite = all_finite && d.finite;
     results.push_back(r);
     write_json(json_path, dev, plan, results);  // rewritten after every model: a time-out keeps what was done
@@ -561,16 +730,29 @@ int run_bench(const options& opt, std::ostream& out) {
 
   if (!opt.model_path.empty()) {
     const io::gguf_file f = io::gguf_file::open(opt.model_path);
-    model_result r;
-    const io::bound_model m = bind_any_model(f, r.name);
-    r.source = opt.model_path;
-    gen::device_model dm;
-    check(dm.load(f, m), "loading " + opt.model_path);
+    std::string name;
+    const io::bound_model m = bind_any_model(f, name);
     std::vector<std::pair<std::string, uint64_t>> tensors;
     for (const io::tensor_info& t : f.tensors()) tensors.emplace_back(t.name, t.n_bytes);
-    std::fprintf(stderr, "benchmarking %s (%s)\n", r.name.c_str(), opt.model_path.c_str());
-    run_model(r, dm, tensors, plan, dev, opt.n_batch, out);
-    finish_model(r);
+    for (const std::optional<uint64_t>& budget : budgets_of(opt)) {
+      model_result r;
+      r.name = name;
+      r.source = opt.model_path;
+      gen::memory_plan mp;
+      if (plan_model(
+              r, opt, budget,
+              [&](uint64_t limit, std::optional<int64_t> slots, gen::memory_plan& p) {
+                return gen::plan_memory(f, m.hparams, m.weights, cfg, limit, slots, p);
+              },
+              mp)) {
+        gen::device_model dm;
+        check(dm.load(f, m, {}, mp.slots), "loading " + opt.model_path);
+        std::fprintf(stderr, "benchmarking %s%s (%s)\n  plan: %s\n", r.name.c_str(), budget_tag(r).c_str(),
+                     opt.model_path.c_str(), r.plan.c_str());
+        run_model(r, dm, tensors, plan, dev, cfg, out);
+      }
+      finish_model(r);
+    }
   } else {
     std::vector<std::string> keys = opt.bench_models;
     if (keys.empty())
@@ -580,39 +762,40 @@ int run_bench(const options& opt, std::ostream& out) {
     for (const std::string& key : keys) {
       const auto it = std::find_if(known.begin(), known.end(),
                                    [&](const synthetic_entry& e) { return e.key == key || e.name == key; });
-      model_result r;
-      r.name = key;
-      r.source = "synthetic Q4_K_M (random weights built on the device)";
       if (it == known.end()) {
+        model_result r;
+        r.name = key;
         r.skipped =
-            "no traits for this model in include/q35/models; known: 9B, 27B, 35B-A3B, 9B-MoE, tiny-dense, tiny-moe";
+            "no such synthetic model; known: 9B, 27B, 35B-A3B, 122B-A10B, 397B-A17B, 9B-MoE, tiny-dense, "
+            "tiny-moe";
         finish_model(r);
         continue;
       }
-      r.name = it->name;
-      const std::vector<gen::synth_tensor> layout = gen::synth_layout(it->h, it->tied);
-      const uint64_t bytes = layout.back().offset + layout.back().n_bytes;
-      // weights + KV at the largest context + workspaces and activations (a generous 4 GiB)
-      const int64_t max_ctx = *std::max_element(plan.contexts.begin(), plan.contexts.end()) + plan.tg + 64;
-      const uint64_t need = bytes + uint64_t(kv_bytes_at(it->h, max_ctx)) + (uint64_t(4) << 30);
-      const uint64_t free_bytes = free_device_bytes();
-      if (on_gpu && need > free_bytes) {
-        r.skipped = "needs ~" + num(double(need) * 1e-9, 1) + " GB of device memory, " +
-                    num(double(free_bytes) * 1e-9, 1) + " GB free";
-        std::fprintf(stderr, "%s: skipped (%s)\n", r.name.c_str(), r.skipped.c_str());
+      for (const std::optional<uint64_t>& budget : budgets_of(opt)) {
+        model_result r;
+        r.name = it->name;
+        r.source = "synthetic Q4_K_M (random weights built on the device)";
+        gen::memory_plan mp;
+        if (!plan_model(
+                r, opt, budget,
+                [&](uint64_t limit, std::optional<int64_t> slots, gen::memory_plan& p) {
+                  return gen::plan_synth_memory(it->h, it->tied, cfg, limit, slots, p);
+                },
+                mp)) {
+          finish_model(r);
+          continue;
+        }
+        std::fprintf(stderr, "building %s%s: synthetic Q4_K_M\n  plan: %s\n", r.name.c_str(), budget_tag(r).c_str(),
+                     r.plan.c_str());
+        const auto t0 = clock_type::now();
+        gen::synth_model sm;
+        check(sm.build(it->h, it->tied, 0x9e3779b97f4a7c15ull, nullptr, mp.slots), "building " + r.name);
+        std::fprintf(stderr, "  built in %.2f s\n", seconds_since(t0));
+        std::vector<std::pair<std::string, uint64_t>> tensors;
+        for (const gen::synth_tensor& t : sm.tensors()) tensors.emplace_back(t.name, t.n_bytes);
+        run_model(r, sm.model(), tensors, plan, dev, cfg, out);
         finish_model(r);
-        continue;
       }
-      std::fprintf(stderr, "building %s: synthetic Q4_K_M, %.2f GB on the device\n", r.name.c_str(),
-                   double(bytes) * 1e-9);
-      const auto t0 = clock_type::now();
-      gen::synth_model sm;
-      check(sm.build(it->h, it->tied, 0x9e3779b97f4a7c15ull), "building " + r.name);
-      std::fprintf(stderr, "  built in %.2f s\n", seconds_since(t0));
-      std::vector<std::pair<std::string, uint64_t>> tensors;
-      for (const gen::synth_tensor& t : sm.tensors()) tensors.emplace_back(t.name, t.n_bytes);
-      run_model(r, sm.model(), tensors, plan, dev, opt.n_batch, out);
-      finish_model(r);
     }
   }
   print_table(out, dev, plan, results);
