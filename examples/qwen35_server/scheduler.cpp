@@ -229,8 +229,36 @@ void scheduler::end(size_t i, outcome why, std::string error) {
   notify_done(a.w, {why, std::move(error), int64_t(a.w.req.prompt.size()), a.drawn});
 }
 
+namespace {
+constexpr std::chrono::seconds rate_window{10};
+}  // namespace
+
 void scheduler::publish() {
+  const auto now = std::chrono::steady_clock::now();
+  // the expert cache's record: a device read (and a wait for the stream), so not after every step
+  std::vector<gen::expert_cache_stats> cache;
+  int64_t steps = 0;
+  {
+    std::lock_guard<std::mutex> lk(queue_m_);
+    steps = metrics_.steps;
+  }
+  const bool read_experts = d_->expert_slots() >= 0 && steps != expert_read_steps_ &&
+                            (active_.empty() || now - expert_read_at_ >= std::chrono::seconds(1));
+  if (read_experts && d_->expert_cache(cache).ok()) expert_read_at_ = now, expert_read_steps_ = steps;
+
   std::lock_guard<std::mutex> lk(queue_m_);
+  if (read_experts && expert_read_at_ == now) {
+    metrics_.expert_hits = metrics_.expert_misses = metrics_.expert_staged = 0;
+    metrics_.expert_host_bytes = metrics_.expert_promotions = 0;
+    for (const gen::expert_cache_stats& c : cache) {
+      metrics_.expert_hits += c.hits, metrics_.expert_misses += c.misses, metrics_.expert_staged += c.staged;
+      metrics_.expert_host_bytes += c.host_bytes, metrics_.expert_promotions += c.promotions;
+    }
+  }
+  metrics_.expert_slots = d_->expert_slots();
+  if (rate_samples_.empty() || now - rate_samples_.back().first >= std::chrono::milliseconds(250))
+    rate_samples_.emplace_back(now, metrics_.tokens_generated);
+  while (rate_samples_.size() >= 2 && rate_samples_[1].first <= now - rate_window) rate_samples_.pop_front();
   metrics_.active_sequences = int64_t(active_.size());
   metrics_.kv_pages_total = d_->pages_total();
   metrics_.kv_pages_used = d_->pages_total() - d_->pages_free();
@@ -481,7 +509,18 @@ void scheduler::stop() {
 
 scheduler_metrics scheduler::metrics() const {
   std::lock_guard<std::mutex> lk(queue_m_);
-  return metrics_;
+  scheduler_metrics m = metrics_;
+  // over [now - 10 s, now]: from the newest sample at or before the window's start (else the oldest);
+  // an idle server's rate falls to 0 once its last step is 10 s old
+  const auto now = std::chrono::steady_clock::now();
+  if (!rate_samples_.empty()) {
+    auto base = rate_samples_.front();
+    for (const auto& x : rate_samples_)
+      if (x.first <= now - rate_window) base = x;
+    const double dt = std::chrono::duration<double>(now - base.first).count();
+    m.tokens_per_second_recent = dt > 0 ? double(m.tokens_generated - base.second) / dt : 0.0;
+  }
+  return m;
 }
 
 }  // namespace q35::server

@@ -48,6 +48,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -149,15 +150,21 @@ struct scheduler_metrics {
   int64_t queue_length = 0;      // waiting for admission
   int64_t active_sequences = 0;
   int64_t kv_pages_used = 0, kv_pages_total = 0;
-  int64_t steps = 0;                 // decoder steps run, failed ones included
-  int64_t idle_waits = 0;            // times the run() loop went to sleep for lack of work
-  int64_t sequences_lost = 0;        // slots retired because decoder::clear failed on them
-  int64_t prefix_hits = 0;           // requests that started from a cached prefix checkpoint
-  int64_t prefix_tokens_reused = 0;  // prompt tokens those requests did not compute
-  int64_t prefix_checkpoints = 0;    // checkpoints taken
-  int64_t prefix_evictions = 0;      // checkpoints dropped (slots or pages ran out)
-  int64_t prefix_cached = 0;         // checkpoints held now
-  int64_t prefix_pages = 0;          // KV pages they hold now (shared ones counted once)
+  int64_t steps = 0;                    // decoder steps run, failed ones included
+  int64_t idle_waits = 0;               // times the run() loop went to sleep for lack of work
+  int64_t sequences_lost = 0;           // slots retired because decoder::clear failed on them
+  int64_t prefix_hits = 0;              // requests that started from a cached prefix checkpoint
+  int64_t prefix_tokens_reused = 0;     // prompt tokens those requests did not compute
+  int64_t prefix_checkpoints = 0;       // checkpoints taken
+  int64_t prefix_evictions = 0;         // checkpoints dropped (slots or pages ran out)
+  int64_t prefix_cached = 0;            // checkpoints held now
+  int64_t prefix_pages = 0;             // KV pages they hold now (shared ones counted once)
+  double tokens_per_second_recent = 0;  // tokens generated per second over the last ~10 s (metrics() computes it)
+  // Routed experts in host memory (expert_slots >= 0: device slots per MoE layer; -1: all on the device):
+  // the decoder's expert cache record summed over the MoE layers, refreshed after steps at most once a
+  // second and whenever the scheduler runs out of work.
+  int64_t expert_slots = -1;
+  uint64_t expert_hits = 0, expert_misses = 0, expert_staged = 0, expert_host_bytes = 0, expert_promotions = 0;
 };
 
 class scheduler {
@@ -231,6 +238,8 @@ class scheduler {
   mutable std::mutex queue_m_;  // guards queue_, metrics_, next_id_
   std::deque<waiting> queue_;
   scheduler_metrics metrics_;
+  // (time, tokens generated) after steps, the last ~10 s and one sample before (tokens_per_second_recent)
+  std::deque<std::pair<std::chrono::steady_clock::time_point, int64_t>> rate_samples_;
   uint64_t next_id_ = 1;
 
   std::mutex step_m_;           // serializes step_once; guards what follows
@@ -239,6 +248,8 @@ class scheduler {
   std::vector<cached_prefix> prefixes_;
   uint64_t tick_ = 0;                // for least-recently-used order
   scheduler_metrics prefix_counts_;  // the step thread's prefix_* counters, published to metrics_
+  std::chrono::steady_clock::time_point expert_read_at_{};  // the step thread's last expert_cache() read
+  int64_t expert_read_steps_ = -1;                          // metrics_.steps then
   std::thread thread_;
 };
 

@@ -487,7 +487,9 @@ class server {
     metric("q35_prompt_tokens_total", "counter", "Prompt tokens fed to the decoder.", m.tokens_prompt);
     metric("q35_generated_tokens_total", "counter", "Tokens generated.", m.tokens_generated);
     const double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time_).count();
-    metric("q35_generated_tokens_per_second", "gauge", "Tokens generated per second since the server started.",
+    metric("q35_generated_tokens_per_second", "gauge", "Tokens generated per second over the last 10 seconds.",
+           m.tokens_per_second_recent);
+    metric("q35_generated_tokens_per_second_average", "gauge", "Tokens generated per second since the server started.",
            up > 0 ? double(m.tokens_generated) / up : 0.0);
     metric("q35_decoder_steps_total", "counter", "Decoder steps run.", m.steps);
     metric("q35_queue_length", "gauge", "Requests waiting for a sequence.", m.queue_length);
@@ -501,6 +503,17 @@ class server {
     metric("q35_prefix_cache_evictions_total", "counter", "Prefix checkpoints dropped for room.", m.prefix_evictions);
     metric("q35_prefix_cache_entries", "gauge", "Prefix checkpoints held.", m.prefix_cached);
     metric("q35_prefix_cache_pages", "gauge", "KV cache pages held by prefix checkpoints.", m.prefix_pages);
+    if (m.expert_slots >= 0) {  // routed experts in host memory (--vram, --expert-cache)
+      metric("q35_expert_cache_slots", "gauge", "Device slots per MoE layer for routed experts.", m.expert_slots);
+      o << "# HELP q35_expert_selections_total Routed-expert selections by where the weights were read.\n"
+           "# TYPE q35_expert_selections_total counter\n"
+        << "q35_expert_selections_total{source=\"slot\"} " << m.expert_hits << '\n'
+        << "q35_expert_selections_total{source=\"host\"} " << m.expert_misses << '\n'
+        << "q35_expert_selections_total{source=\"staged\"} " << m.expert_staged << '\n';
+      metric("q35_expert_host_bytes_total", "counter", "Bytes read or copied from host memory for routed experts.",
+             m.expert_host_bytes);
+      metric("q35_expert_promotions_total", "counter", "Routed experts copied into device slots.", m.expert_promotions);
+    }
     return o.str();
   }
 

@@ -3,7 +3,8 @@
 --expert-cache 2 --expert-policy lru (and with --vram at the smallest budget the plan accepts: 0 slots, every expert read from
 host memory) answers 4 concurrent greedy completions, prompts longer than 8 tokens among them (the staged
 grouped path) and one-token decode steps of several sequences at once, with the same text as the server
-with every expert on the device; a budget below that floor, or a bad --vram, stops it with one line.
+with every expert on the device, and /metrics counts the expert cache's selections (tokens fed x k x layers);
+a budget below that floor, or a bad --vram, stops it with one line.
 
 usage: test_server_experts.py SERVER_BINARY MOE_MODEL.gguf
 """
@@ -13,6 +14,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 
 binary, model = sys.argv[1:3]
 failures = []
@@ -49,21 +51,60 @@ def complete(port, prompt):
     return body["choices"][0]["text"]
 
 
-def answers(extra):
+def metrics(port):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    return values
+
+
+def check_metrics(extra, port, slots):
+    """/metrics after the requests: the expert cache's selections (slot + host + staged) equal the tokens
+    fed (prompts + generated ids but each request's last) x k (2) x MoE layers (4); host bytes > 0."""
+    m = metrics(port)
+    for _ in range(50):  # the record is refreshed when the scheduler runs out of work
+        total = sum(m.get(f'q35_expert_selections_total{{source="{s}"}}', 0) for s in ("slot", "host", "staged"))
+        if total > 0:
+            break
+        time.sleep(0.1)
+        m = metrics(port)
+    if slots is None:
+        if any(k.startswith("q35_expert") for k in m):
+            fail(f"{extra}: every expert on the device, yet /metrics has expert lines")
+        return
+    fed = m["q35_prompt_tokens_total"] + m["q35_generated_tokens_total"] - len(PROMPTS)
+    if m.get("q35_expert_cache_slots") != slots or total != fed * 2 * 4:
+        fail(f"{extra}: /metrics slots {m.get('q35_expert_cache_slots')} (want {slots}), selections {total} "
+             f"(want {fed} tokens x 2 x 4)")
+    if not m.get("q35_expert_host_bytes_total", 0) > 0:
+        fail(f"{extra}: /metrics shows no bytes read from host memory")
+    if not m.get("q35_generated_tokens_per_second", 0) > 0:
+        fail(f"{extra}: /metrics tokens per second over the last 10 s is not positive right after generating")
+
+
+def answers(extra, slots=None):
     proc, port, lines = serve(extra)
     if not proc:
         fail(f"{extra}: the server did not start: {''.join(lines)!r}")
         return None, lines
     try:
         with concurrent.futures.ThreadPoolExecutor(len(PROMPTS)) as ex:
-            return list(ex.map(lambda p: complete(port, p), PROMPTS)), lines
+            texts = list(ex.map(lambda p: complete(port, p), PROMPTS))
+        check_metrics(extra, port, slots)
+        return texts, lines
     finally:
         proc.terminate()
         proc.wait(timeout=60)
 
 
 resident, _ = answers([])
-cached, lines = answers(["--expert-cache", "2", "--expert-policy", "lru"])
+cached, lines = answers(["--expert-cache", "2", "--expert-policy", "lru"], slots=2)
 if not any("2 of 8 experts" in l for l in lines):
     fail(f"--expert-cache 2: no plan line naming 2 of 8 experts: {lines!r}")
 if resident is not None and cached != resident:
@@ -75,7 +116,7 @@ need = re.search(r"below the [0-9.]+ MiB \((\d+) bytes\)", r.stderr)
 if r.returncode == 0 or not need or len(r.stderr.strip().splitlines()) != 1:
     fail(f"--vram 1M: expected one line naming the floor, got rc={r.returncode} {r.stderr!r}")
 else:
-    floor, lines = answers(["--vram", need.group(1)])
+    floor, lines = answers(["--vram", need.group(1)], slots=0)
     if not any("0 of 8 experts" in l for l in lines):
         fail(f"--vram {need.group(1)}: no plan line naming 0 of 8 experts: {lines!r}")
     if resident is not None and floor != resident:
