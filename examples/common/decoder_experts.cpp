@@ -1,0 +1,102 @@
+// The decoder's expert statistics and the expert cache of host-resident models: the router's counts
+// folded into the cache's record after steps, and the rebalance that promotes the policy's choice of
+// experts into the device slots (the protocol is expert_store's).
+#include <algorithm>
+
+#include "decoder.hpp"
+
+namespace q35::gen {
+
+status decoder::expert_counts(std::vector<std::vector<uint64_t>>& out) const {
+  if (!expert_load_)
+    return error(status_code::invalid_argument, m_ && moe_layers_.empty()
+                                                    ? "decoder::expert_counts: the model has no MoE layers"
+                                                    : "decoder::expert_counts: expert statistics are off "
+                                                      "(decoder_config::expert_stats)");
+  out.assign(moe_layers_.size(), {});
+  for (size_t j = 0; j < moe_layers_.size(); ++j) Q35_TRY(expert_load_->read(int(j), out[j], stream()));
+  return status::success();
+}
+
+bool decoder::step_stages() const {
+  for (const group& g : groups_)
+    if (g.n > launch::moe_decode_max_tokens) return true;
+  return false;
+}
+
+status decoder::settle_experts(bool staged, bool rebalance) {
+  std::vector<std::vector<uint64_t>> now;
+  Q35_TRY(expert_counts(now));
+  for (size_t j = 0; j < now.size(); ++j) {
+    std::vector<uint64_t> d(now[j].size());
+    for (size_t e = 0; e < d.size(); ++e) d[e] = now[j][e] - expert_seen_[j][e];
+    expert_cache_stats& c = cache_stats_[j];
+    const uint64_t bytes = experts_->expert_bytes(j);
+    if (staged) {
+      for (const uint64_t v : d) c.staged += v;
+    } else {
+      const std::vector<int>& slot = experts_->layers()[j].expert_slot;
+      for (size_t e = 0; e < d.size(); ++e) {
+        (slot[e] >= 0 ? c.hits : c.misses) += d[e];
+        if (slot[e] < 0) c.host_bytes += d[e] * bytes;
+      }
+    }
+    for (size_t e = 0; e < d.size(); ++e) expert_pending_[j][e] += d[e];
+  }
+  expert_seen_ = std::move(now);
+  if (!rebalance) return status::success();
+  // the policy's key from the selections since the previous rebalance (a settle without a rebalance, before
+  // a staging step or when the record is read, changes no key)
+  ++expert_looks_;
+  for (size_t j = 0; j < expert_score_.size(); ++j) {
+    std::vector<double>& score = expert_score_[j];
+    std::vector<uint64_t>& d = expert_pending_[j];
+    if (cfg_.expert_cache_policy == expert_policy::lru) {
+      // the rebalance of the last selection, then (a fraction below 1) the share of that interval's selections
+      uint64_t total = 0;
+      for (const uint64_t v : d) total += v;
+      for (size_t e = 0; e < d.size(); ++e)
+        if (d[e]) score[e] = double(expert_looks_) + double(d[e]) / double(total + 1);
+    } else {
+      for (size_t e = 0; e < d.size(); ++e) score[e] = score[e] / 2 + double(d[e]);
+    }
+    std::fill(d.begin(), d.end(), 0);
+  }
+  // the slots' experts: the `slots` highest scores (residents first on ties: no churn)
+  const int S = experts_->slots();
+  for (size_t j = 0; j < expert_score_.size() && S > 0; ++j) {
+    const std::vector<double>& score = expert_score_[j];
+    const expert_store::layer& L = experts_->layers()[j];
+    std::vector<int> order(score.size());
+    for (size_t e = 0; e < order.size(); ++e) order[e] = int(e);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      if (score[size_t(a)] != score[size_t(b)]) return score[size_t(a)] > score[size_t(b)];
+      return (L.expert_slot[size_t(a)] >= 0) > (L.expert_slot[size_t(b)] >= 0);
+    });
+    std::vector<bool> wanted(score.size(), false);
+    for (int i = 0; i < S; ++i) wanted[size_t(order[size_t(i)])] = true;
+    bool changed = false;
+    for (int i = 0; i < S; ++i) {
+      const int e = order[size_t(i)];
+      if (L.expert_slot[size_t(e)] >= 0) continue;
+      int s = 0;  // a slot whose expert is not wanted (one exists: fewer than S wanted ones are resident)
+      while (L.slot_expert[size_t(s)] >= 0 && wanted[size_t(L.slot_expert[size_t(s)])]) ++s;
+      Q35_TRY(experts_->promote(j, e, s, stream()));
+      ++cache_stats_[j].promotions;
+      changed = true;
+    }
+    if (changed) Q35_TRY(experts_->commit(j, stream()));
+  }
+  return status::success();
+}
+
+status decoder::expert_cache(std::vector<expert_cache_stats>& out) {
+  out.clear();
+  if (!experts_) return status::success();
+  Q35_TRY(settle_experts(false, false));
+  out = cache_stats_;
+  for (size_t j = 0; j < out.size(); ++j) out[j].host_bytes += experts_->layers()[j].staged_bytes;
+  return status::success();
+}
+
+}  // namespace q35::gen
