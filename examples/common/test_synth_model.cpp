@@ -315,32 +315,24 @@ TEST_CASE("plan_synth_memory: the plan is what the synthetic model and its decod
 // The shapes the benchmark builds without traits: their parameter counts must be what their names say
 // (every tensor's elements; active = all but the routed experts, plus k / n_experts of those).
 TEST_CASE("MoE shapes from hyper-parameters: 122B-A10B and 397B-A17B count their parameters") {
-  auto count = [](const io::model_hparams& h, double& total, double& active) {
-    total = active = 0;
+  // every tensor's elements; active = all but the routed experts, plus k / n_experts of those
+  auto check_counts = [](const char* name, const io::model_hparams& h, double total_lo, double total_hi,
+                         double active_lo, double active_hi) {
+    double total = 0, active = 0;
     for (const io::expected_tensor& t : io::expected_tensors(h)) {
       const double n = double(t.ne[0]) * double(t.ne[1]) * double(t.ne[2]) * double(t.ne[3]);
       total += n;
       const bool routed = t.name.find("_exps.") != std::string::npos;
       active += routed ? n * double(h.n_experts_used) / double(h.n_experts) : n;
     }
+    MESSAGE(std::string(name) << ": " << total * 1e-9 << " B parameters, " << active * 1e-9 << " B active");
+    CHECK(total > total_lo);
+    CHECK(total < total_hi);
+    CHECK(active > active_lo);
+    CHECK(active < active_hi);
   };
-  double total = 0, active = 0;
   // the 35B-A3B traits as a control: 35 B and 3 B
-  count(io::hparams_of<models::qwen35_35b_a3b>(), total, active);
-  CHECK(total > 33e9);
-  CHECK(total < 37e9);
-  CHECK(active > 2.5e9);
-  CHECK(active < 4e9);
-  count(gen::moe_hparams(gen::qwen35_122b_a10b_shape), total, active);
-  MESSAGE("122B-A10B shape: " << total * 1e-9 << " B parameters, " << active * 1e-9 << " B active");
-  CHECK(total > 118e9);
-  CHECK(total < 126e9);
-  CHECK(active > 8.5e9);
-  CHECK(active < 11.5e9);
-  count(gen::moe_hparams(gen::qwen35_397b_a17b_shape), total, active);
-  MESSAGE("397B-A17B shape: " << total * 1e-9 << " B parameters, " << active * 1e-9 << " B active");
-  CHECK(total > 385e9);
-  CHECK(total < 410e9);
-  CHECK(active > 15e9);
-  CHECK(active < 19e9);
+  check_counts("35B-A3B traits", io::hparams_of<models::qwen35_35b_a3b>(), 33e9, 37e9, 2.5e9, 4e9);
+  check_counts("122B-A10B shape", gen::moe_hparams(gen::qwen35_122b_a10b_shape), 118e9, 126e9, 8.5e9, 11.5e9);
+  check_counts("397B-A17B shape", gen::moe_hparams(gen::qwen35_397b_a17b_shape), 385e9, 410e9, 15e9, 19e9);
 }
