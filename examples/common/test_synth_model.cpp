@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "decoder.hpp"
+#include "host_read.hpp"
 #include "q35/io/model_hparams.hpp"
 #include "q35/models/qwen35.hpp"
 #include "q35/models/qwen35_moe.hpp"
@@ -335,4 +336,22 @@ TEST_CASE("MoE shapes from hyper-parameters: 122B-A10B and 397B-A17B count their
   check_counts("35B-A3B traits", io::hparams_of<models::qwen35_35b_a3b>(), 33e9, 37e9, 2.5e9, 4e9);
   check_counts("122B-A10B shape", gen::moe_hparams(gen::qwen35_122b_a10b_shape), 118e9, 126e9, 8.5e9, 11.5e9);
   check_counts("397B-A17B shape", gen::moe_hparams(gen::qwen35_397b_a17b_shape), 385e9, 410e9, 15e9, 19e9);
+}
+
+// The zero-copy probe reads every word it is given and none past: a word whose lanes XOR to the marker
+// sets the sink exactly when it lies inside the n words (threads past the grid stride included).
+TEST_CASE("host_read_kernel: reads every 16-byte word of its range, none beyond" * test::needs_device()) {
+  using probe = gen::host_read_kernel;
+  const int64_t n = probe::threads * probe::max_blocks + 300;  // some threads read two words
+  pinned_buffer<uint32_t> host;
+  Q35_REQUIRE_OK(host.allocate(size_t(4 * (n + 1))));
+  for (int64_t at : {int64_t(0), int64_t(77), n - 1, n}) {  // n: just past the range
+    CAPTURE(at);
+    std::memset(host.data(), 0, size_t(16 * (n + 1)));
+    host[size_t(4 * at)] = probe::marker ^ 5u, host[size_t(4 * at + 3)] = 5u;
+    device_buffer<uint32_t> sink = test::poisoned<uint32_t>(1);
+    Q35_REQUIRE_OK(launch::launch<probe>({host.data(), n, sink.data()}));
+    const uint32_t got = test::to_host(sink)[0];
+    CHECK((got == probe::marker) == (at < n));
+  }
 }

@@ -17,12 +17,13 @@
 #include <string>
 #include <vector>
 
+#include "bench_report.hpp"
 #include "commands.hpp"
 #include "decoder.hpp"
 #include "device_model.hpp"
+#include "host_read.hpp"
 #include "memory_plan.hpp"
 #include "model_loader.hpp"
-#include "q35/arch/vector_load.hpp"
 #include "q35/launch/launch.hpp"
 #include "q35/models/qwen35.hpp"
 #include "q35/models/qwen35_moe.hpp"
@@ -30,6 +31,8 @@
 #include "synth_model.hpp"
 
 namespace q35::cli {
+
+using namespace bench;
 
 namespace {
 
@@ -104,36 +107,6 @@ class timeline {
 };
 
 // ---- the device ----
-struct device_facts {
-  std::string name = "sim";
-  double copy_gbps = 0;       // device-to-device copy, read + write bytes / s (0: not measured)
-  double zero_copy_gbps = 0;  // a kernel reading pinned host memory (0: not measured)
-  uint64_t free_bytes = 0, total_bytes = 0;
-};
-
-// Reads n 16-byte words of (pinned, mapped) host memory as an expert miss does: 16-byte loads over the
-// bus, a grid-stride loop. What it XORs together is stored only if it is a value it never is, so the
-// loads stay. Thread-to-data mapping: word i by thread i mod (grid x threads).
-struct host_read_kernel {
-  struct params {
-    const uint32_t* data;  // 16-byte aligned, 4 * n words
-    int64_t n;
-    uint32_t* sink;  // device, one word
-  };
-  struct shared_storage {};
-  static constexpr int threads = 256;
-  static dim3 grid(const params&) { return dim3(1024); }
-  Q35_DEVICE void operator()(const params& p, shared_storage&) const {
-    uint32_t acc = 0;
-    const int64_t stride = int64_t(arch::grid_dim().x) * threads;
-    for (int64_t i = int64_t(arch::block_idx().x) * threads + arch::thread_rank(); i < p.n; i += stride) {
-      const vec16<uint32_t> v = arch::load_16(p.data + 4 * i);
-      acc ^= v[0] ^ v[1] ^ v[2] ^ v[3];
-    }
-    if (acc == 0x9e3779b9u) *p.sink = acc;
-  }
-};
-
 #if Q35_BACKEND_CUDA
 // The measurement of benchmarks/bench_util.hpp measured_copy_gbps: cudaMemcpy of 1 GiB, median of 20.
 double measure_copy_gbps() {
@@ -165,7 +138,8 @@ double measure_zero_copy_gbps() {
   for (int i = 0; i < 9; ++i) {
     t.clear();
     const size_t e0 = t.record(nullptr);
-    check(launch::launch<host_read_kernel>({host.data(), int64_t(bytes / 16), sink.data()}), "--bench: zero-copy read");
+    check(launch::launch<gen::host_read_kernel>({host.data(), int64_t(bytes / 16), sink.data()}),
+          "--bench: zero-copy read");
     const size_t e1 = t.record(nullptr);
     if (i >= 2) ms.push_back(t.ms(e0, e1));
   }
@@ -182,6 +156,7 @@ device_facts query_device(bool host_experts) {
   int dev = 0;
   check(detail::cuda_status(cudaGetDevice(&dev), "cudaGetDevice"), "--bench");
   check(detail::cuda_status(cudaGetDeviceProperties(&p, dev), "cudaGetDeviceProperties"), "--bench");
+  d.gpu = true;
   d.name = p.name;
   d.copy_gbps = measure_copy_gbps();
   if (host_experts) d.zero_copy_gbps = measure_zero_copy_gbps();
@@ -195,29 +170,6 @@ device_facts query_device(bool host_experts) {
 }
 
 // ---- what is measured ----
-struct bench_plan {
-  std::vector<int64_t> contexts, prompts;
-  int64_t tg = 128;
-  int breakdown_steps = 8;
-};
-
-// Categories of one decode step (decoder::call, plus sampling).
-enum category {
-  cat_other,
-  cat_norm,
-  cat_attention,
-  cat_gdn,
-  cat_dense_ffn,
-  cat_moe_ffn,
-  cat_lm_head,
-  cat_sampling,
-  n_cat
-};
-constexpr const char* category_names[n_cat] = {"upload+embed", "norms",   "attention", "GDN",
-                                               "dense FFN",    "MoE FFN", "LM head",   "sampling"};
-constexpr const char* category_keys[n_cat] = {"upload_embedding", "norms",   "attention_layers", "gdn_layers",
-                                              "dense_ffn",        "moe_ffn", "lm_head",          "sampling"};
-
 category category_of(gen::decoder::call c) {
   switch (c) {
     case gen::decoder::call::norm:
@@ -236,42 +188,6 @@ category category_of(gen::decoder::call c) {
       return cat_other;
   }
 }
-
-struct step_breakdown {
-  double ms[n_cat] = {};        // per eager step, by category
-  double eager_forward_ms = 0;  // eager step without sampling (the sum of the categories but sampling)
-  double graph_forward_ms = 0;  // the same step as the decoder runs it (graph replay on CUDA)
-};
-
-struct context_result {
-  int64_t context = 0;
-  double tok_s = 0, ms_per_token = 0;
-  double bytes_per_token = 0, kv_bytes = 0;
-  double roofline_tok_s = 0, roofline_pct = 0;  // 0: no bandwidth measured
-  int distinct_ids = 0;
-  bool finite = true;
-  step_breakdown b;
-  // host-resident experts, over the tg run (hit_rate < 0: every expert on the device)
-  double hit_rate = -1, host_bytes_per_token = 0, promotions_per_token = 0;
-};
-
-struct model_result {
-  std::string name, source;
-  std::string skipped;  // why the model was not run
-  uint64_t weight_bytes = 0;
-  // the memory plan: budget (0: none given), device slots per MoE layer (-1: every expert on the
-  // device), bytes of routed experts in pinned host memory, and the plan in words
-  uint64_t budget = 0, host_bytes = 0;
-  int slots = -1, n_experts = 0;
-  std::string plan;
-  double weight_bytes_per_token = 0, state_bytes_per_token = 0;
-  std::vector<std::pair<int64_t, double>> prefill;  // (tokens, tokens/s)
-  std::vector<context_result> decode;
-  bool graphs = false;
-};
-
-// " @ 24.0 GiB": the budget a model ran under, or nothing.
-std::string budget_tag(const model_result& r) { return r.budget ? " @ " + gen::format_bytes(r.budget) : std::string(); }
 
 // Bytes the weights cost per generated token: every tensor but token_embd (one row of it is gathered;
 // tied: the LM head reads all of it), and of the routed expert tensors only k of n_experts matrices.
@@ -514,137 +430,6 @@ std::vector<synthetic_entry> synthetic_models() {
           moe_entry("397B-A17B", "Qwen3.5-397B-A17B (shape)", gen::qwen35_397b_a17b_shape),
           entry<models::qwen35_9b_moe>("9B-MoE"), entry<models::tiny_dense>("tiny-dense"),
           entry<models::tiny_moe>("tiny-moe")};
-}
-
-// ---- output ----
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) continue;
-    o += c;
-  }
-  return o;
-}
-
-std::string num(double v, int prec = 3) {
-  if (!std::isfinite(v)) return "null";
-  std::ostringstream s;
-  s.precision(prec);
-  s << std::fixed << v;
-  return s.str();
-}
-
-void write_json(const std::string& path, const device_facts& dev, const bench_plan& plan,
-                const std::vector<model_result>& results) {
-  std::ofstream f(path, std::ios::trunc);
-  if (!f) throw std::runtime_error("--bench-json: cannot write '" + path + "'");
-  f << "{\n  \"device\": \"" << json_escape(dev.name) << "\",\n";
-  f << "  \"backend\": \"" << (on_gpu ? "cuda" : "sim") << "\",\n";
-  f << "  \"meaningful\": " << (on_gpu ? "true" : "false") << ",\n";
-  f << "  \"copy_gbps\": " << num(dev.copy_gbps, 1) << ",\n";
-  f << "  \"zero_copy_gbps\": " << num(dev.zero_copy_gbps, 1) << ",\n";
-  f << "  \"tg_tokens\": " << plan.tg << ",\n  \"models\": [";
-  for (size_t i = 0; i < results.size(); ++i) {
-    const model_result& r = results[i];
-    f << (i ? "," : "") << "\n    {\"name\": \"" << json_escape(r.name) << "\", \"source\": \"" << json_escape(r.source)
-      << "\"";
-    if (!r.skipped.empty()) {
-      f << ", \"skipped\": \"" << json_escape(r.skipped) << "\"}";
-      continue;
-    }
-    f << ", \"vram_budget\": " << r.budget << ", \"expert_slots\": " << r.slots << ", \"n_experts\": " << r.n_experts
-      << ", \"host_expert_bytes\": " << r.host_bytes << ", \"plan\": \"" << json_escape(r.plan) << "\",\n     ";
-    f << "\"weight_bytes\": " << r.weight_bytes << ", \"cuda_graphs\": " << (r.graphs ? "true" : "false")
-      << ",\n     \"weight_bytes_per_token\": " << num(r.weight_bytes_per_token, 0)
-      << ", \"gdn_state_bytes_per_token\": " << num(r.state_bytes_per_token, 0) << ",\n     \"prefill\": [";
-    for (size_t k = 0; k < r.prefill.size(); ++k)
-      f << (k ? ", " : "") << "{\"tokens\": " << r.prefill[k].first << ", \"tok_s\": " << num(r.prefill[k].second, 1)
-        << "}";
-    f << "],\n     \"decode\": [";
-    for (size_t k = 0; k < r.decode.size(); ++k) {
-      const context_result& d = r.decode[k];
-      f << (k ? "," : "") << "\n       {\"context\": " << d.context << ", \"tok_s\": " << num(d.tok_s, 1)
-        << ", \"ms_per_token\": " << num(d.ms_per_token, 4) << ", \"bytes_per_token\": " << num(d.bytes_per_token, 0)
-        << ", \"kv_bytes_per_token\": " << num(d.kv_bytes, 0) << ", \"roofline_tok_s\": " << num(d.roofline_tok_s, 1)
-        << ", \"roofline_pct\": " << num(d.roofline_pct, 1) << ", \"distinct_greedy_ids\": " << d.distinct_ids
-        << ", \"finite_logits\": " << (d.finite ? "true" : "false");
-      if (d.hit_rate >= 0)
-        f << ", \"expert_hit_rate\": " << num(d.hit_rate, 4)
-          << ", \"host_bytes_per_token\": " << num(d.host_bytes_per_token, 0)
-          << ", \"promotions_per_token\": " << num(d.promotions_per_token, 3);
-      f << ",\n        \"step_ms\": {";
-      for (int c = 0; c < n_cat; ++c) f << (c ? ", " : "") << "\"" << category_keys[c] << "\": " << num(d.b.ms[c], 4);
-      f << ", \"eager_forward\": " << num(d.b.eager_forward_ms, 4)
-        << ", \"graph_forward\": " << num(d.b.graph_forward_ms, 4)
-        << ", \"eager_minus_graph\": " << num(d.b.eager_forward_ms - d.b.graph_forward_ms, 4) << "}}";
-    }
-    f << "]}";
-  }
-  f << "\n  ]\n}\n";
-}
-
-void print_table(std::ostream& out, const device_facts& dev, const bench_plan& plan,
-                 const std::vector<model_result>& results) {
-  char line[512];
-  out << "\n== q35 --bench: " << dev.name;
-  if (dev.copy_gbps > 0) out << ", measured copy bandwidth " << num(dev.copy_gbps, 0) << " GB/s";
-  if (dev.zero_copy_gbps > 0) out << ", zero-copy read of host memory " << num(dev.zero_copy_gbps, 1) << " GB/s";
-  out << " ==\n";
-  if (!on_gpu) out << "(sim backend: tiny shapes on the host emulator; these timings mean nothing for GPUs)\n";
-  std::snprintf(line, sizeof line, "%-26s %7s %-24s %6s %9s %8s %8s %10s %7s\n", "model", "GB", "prefill tok/s", "ctx",
-                "tg tok/s", "ms/tok", "GB/tok", "roof tok/s", "%roof");
-  out << line;
-  for (const model_result& r : results) {
-    if (!r.skipped.empty()) {
-      out << r.name << budget_tag(r) << ": skipped (" << r.skipped << ")\n";
-      continue;
-    }
-    std::string pp;
-    for (const auto& [n, t] : r.prefill) {
-      if (!pp.empty()) pp += ' ';
-      pp += "pp";
-      pp += std::to_string(n);
-      pp += '=';
-      pp += num(t, 0);
-    }
-    for (size_t k = 0; k < r.decode.size(); ++k) {
-      const context_result& d = r.decode[k];
-      std::snprintf(line, sizeof line, "%-26s %7s %-24s %6lld %9.1f %8.3f %8.3f %10s %7s\n",
-                    k == 0 ? r.name.substr(0, 26).c_str() : "",
-                    k == 0 ? num(double(r.weight_bytes) * 1e-9, 2).c_str() : "", k == 0 ? pp.substr(0, 24).c_str() : "",
-                    (long long)d.context, d.tok_s, d.ms_per_token, d.bytes_per_token * 1e-9,
-                    d.roofline_tok_s > 0 ? num(d.roofline_tok_s, 0).c_str() : "-",
-                    d.roofline_tok_s > 0 ? num(d.roofline_pct, 1).c_str() : "-");
-      out << line;
-      if (k == 0 && pp.size() > 24) out << "    prefill: " << pp << "\n";
-    }
-    if (r.slots >= 0) {
-      out << "    experts" << budget_tag(r) << ": " << r.slots << " of " << r.n_experts
-          << " per MoE layer on the device, " << gen::format_bytes(r.host_bytes) << " in host memory;";
-      for (const context_result& d : r.decode)
-        out << " ctx " << d.context << ": hit " << num(100.0 * d.hit_rate, 1) << " %, "
-            << num(d.host_bytes_per_token * 1e-6, 1) << " MB/tok from host, " << num(d.promotions_per_token, 2)
-            << " promotions/tok;";
-      out << "\n";
-    }
-    for (const context_result& d : r.decode) {
-      out << "    step @ ctx " << d.context << " (us, eager, split by call):";
-      for (int c = 0; c < n_cat; ++c)
-        if (d.b.ms[c] > 0) out << " " << category_names[c] << " " << num(1e3 * d.b.ms[c], 1) << ";";
-      out << " eager fwd " << num(1e3 * d.b.eager_forward_ms, 1) << ", " << (r.graphs ? "graph" : "as run") << " fwd "
-          << num(1e3 * d.b.graph_forward_ms, 1) << ", gap "
-          << num(1e3 * (d.b.eager_forward_ms - d.b.graph_forward_ms), 1) << (d.finite ? "" : "  NON-FINITE LOGITS")
-          << "\n";
-    }
-  }
-  (void)plan;
-}
-
-std::string default_json_path(const device_facts& dev) {
-  std::string n;
-  for (char c : dev.name) n += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-  return "bench_" + n + ".json";
 }
 
 // Host memory available for pinned expert copies (Linux: MemAvailable), or UINT64_MAX when unknown.
