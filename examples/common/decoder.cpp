@@ -652,6 +652,7 @@ status decoder::step(std::span<const seq_input> inputs, std::vector<float>* host
   Q35_TRY(plan_step(inputs));
   const bool stages = experts_ && step_stages();
   if (stages) Q35_TRY(settle_experts(false, false));  // what came before was decode-path selections
+  Q35_TRY(land_promotions());
   if (hook_) hook_(call::batch_upload);
   int64_t rows = 0;
   for (const group& g : groups_) rows += g.n;

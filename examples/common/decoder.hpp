@@ -269,6 +269,8 @@ class decoder {
   // Host-resident experts: fold the selections since the last call into the cache's record (staged:
   // the step staged its MoE layers), then (rebalance) promote the most used experts into the slots.
   status settle_experts(bool staged, bool rebalance);
+  // The promotions whose copies have completed are named by the index from the next step on (no wait).
+  status land_promotions();
   bool step_stages() const;  // a layer call of the planned step takes the grouped path
 
   std::unique_ptr<launch::expert_load> expert_load_;   // [moe_layers_.size()][n_experts] with cfg.expert_stats

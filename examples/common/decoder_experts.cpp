@@ -62,9 +62,11 @@ status decoder::settle_experts(bool staged, bool rebalance) {
     }
     std::fill(d.begin(), d.end(), 0);
   }
-  // the slots' experts: the `slots` highest scores (residents first on ties: no churn)
+  // the slots' experts: the `slots` highest scores (residents first on ties: no churn); a layer whose
+  // previous promotions are still in flight waits for the next rebalance
   const int S = experts_->slots();
   for (size_t j = 0; j < expert_score_.size() && S > 0; ++j) {
+    if (experts_->in_flight(j)) continue;
     const std::vector<double>& score = expert_score_[j];
     const expert_store::layer& L = experts_->layers()[j];
     std::vector<int> order(score.size());
@@ -73,20 +75,35 @@ status decoder::settle_experts(bool staged, bool rebalance) {
       if (score[size_t(a)] != score[size_t(b)]) return score[size_t(a)] > score[size_t(b)];
       return (L.expert_slot[size_t(a)] >= 0) > (L.expert_slot[size_t(b)] >= 0);
     });
-    std::vector<bool> wanted(score.size(), false);
+    std::vector<bool> wanted(score.size(), false), taken(size_t(S), false);
     for (int i = 0; i < S; ++i) wanted[size_t(order[size_t(i)])] = true;
-    bool changed = false;
+    std::vector<std::pair<int, int>> moves;
     for (int i = 0; i < S; ++i) {
       const int e = order[size_t(i)];
       if (L.expert_slot[size_t(e)] >= 0) continue;
-      int s = 0;  // a slot whose expert is not wanted (one exists: fewer than S wanted ones are resident)
-      while (L.slot_expert[size_t(s)] >= 0 && wanted[size_t(L.slot_expert[size_t(s)])]) ++s;
-      Q35_TRY(experts_->promote(j, e, s, stream()));
-      ++cache_stats_[j].promotions;
-      changed = true;
+      // a slot whose expert is not wanted (one exists: fewer than S wanted ones are resident)
+      int s = 0;
+      while (taken[size_t(s)] || (L.slot_expert[size_t(s)] >= 0 && wanted[size_t(L.slot_expert[size_t(s)])])) ++s;
+      taken[size_t(s)] = true;
+      moves.emplace_back(e, s);
     }
-    if (changed) Q35_TRY(experts_->commit(j, stream()));
+    Q35_TRY(experts_->promote(j, moves, stream()));
+    cache_stats_[j].promotions += moves.size();
   }
+  return status::success();
+}
+
+status decoder::land_promotions() {
+  std::vector<size_t> done;
+  for (size_t j = 0; experts_ && j < experts_->layers().size(); ++j) {
+    bool d = false;
+    Q35_TRY(experts_->copies_done(j, d));
+    if (experts_->in_flight(j) && d) done.push_back(j);
+  }
+  if (done.empty()) return status::success();
+  // the selections so far were read through the index these promotions change: into the record first
+  Q35_TRY(settle_experts(false, false));
+  for (const size_t j : done) Q35_TRY(experts_->land(j, stream()));
   return status::success();
 }
 

@@ -70,6 +70,7 @@ status expert_store::allocate(const io::model_hparams& h, const io::model_weight
                  "expert_store: " + std::to_string(slots) +
                      " slots per layer is outside 0..n_experts = " + std::to_string(n_experts_));
   slots_ = slots;
+  Q35_TRY(side_.create(stream_role::side));
   std::vector<expert_layer_shape> shapes;
   Q35_TRY(expert_layer_shapes(w, shapes));
   layers_.clear();
@@ -144,11 +145,19 @@ void expert_store::fill_from(const io::model_weights& w) {
 }
 
 status expert_store::settle() {
-  for (size_t j = 0; j < layers_.size(); ++j) {
-    for (int s = 0; s < slots_; ++s) Q35_TRY(promote(j, s, s, nullptr));
-    Q35_TRY(upload_index(layers_[j], nullptr));
+  for (layer& l : layers_) {
+    for (int s = 0; s < slots_; ++s) {
+      Q35_TRY(copy_to_slot(l, s, s, nullptr));
+      l.slot_expert[size_t(s)] = s, l.expert_slot[size_t(s)] = s;
+    }
+    Q35_TRY(upload_index(l, nullptr));
   }
   return synchronize();
+}
+
+expert_store::~expert_store() {
+  for (layer& l : layers_) (void)l.copied.synchronize();
+  (void)synchronize(side_.get());
 }
 
 status expert_store::load(const io::model_hparams& h, const io::model_weights& w, int slots) {
@@ -202,33 +211,62 @@ status expert_store::stage(const layer& l, uint8_t* staging, stream_t stream) co
               copy_kind::host_to_device, stream);
 }
 
-status expert_store::promote(size_t j, int e, int s, stream_t stream) {
+status expert_store::copy_to_slot(const layer& l, int e, int s, stream_t stream) const {
+  Q35_TRY(copy(l.slot_gu + int64_t(s) * l.gu_stride, l.home_gu + int64_t(e) * l.gu_stride, size_t(l.gu_stride),
+               copy_kind::host_to_device, stream));
+  return copy(l.slot_dn + int64_t(s) * l.dn_stride, l.home_dn + int64_t(e) * l.dn_stride, size_t(l.dn_stride),
+              copy_kind::host_to_device, stream);
+}
+
+status expert_store::promote(size_t j, std::span<const std::pair<int, int>> moves, stream_t stream) {
   layer& l = layers_[j];
-  if (e < 0 || e >= n_experts_ || s < 0 || s >= slots_)
-    return error(status_code::invalid_argument, "expert_store::promote: expert " + std::to_string(e) + " or slot " +
-                                                    std::to_string(s) + " out of range");
-  if (l.expert_slot[size_t(e)] == s) return status::success();
-  const int old = l.slot_expert[size_t(s)];
-  if (old >= 0 || l.expert_slot[size_t(e)] >= 0) {
-    // first the index names home for the slot's expert (and for e, if it moves from another slot),
-    // so that no kernel enqueued after this reads the slot while the copy below writes it
-    if (old >= 0) l.expert_slot[size_t(old)] = -1, l.slot_expert[size_t(s)] = -1;
-    if (l.expert_slot[size_t(e)] >= 0) l.slot_expert[size_t(l.expert_slot[size_t(e)])] = -1;
-    l.expert_slot[size_t(e)] = -1;
-    Q35_TRY(upload_index(l, stream));
+  const std::string where = "expert_store::promote: layer " + std::to_string(l.index);
+  if (!l.in_flight.empty()) return error(status_code::invalid_argument, where + " has promotions in flight");
+  std::vector<bool> expert_moved(size_t(n_experts_), false), slot_taken(size_t(slots_), false);
+  for (const auto& [e, s] : moves) {
+    if (e < 0 || e >= n_experts_ || s < 0 || s >= slots_)
+      return error(status_code::invalid_argument,
+                   where + ": expert " + std::to_string(e) + " or slot " + std::to_string(s) + " out of range");
+    if (expert_moved[size_t(e)] || slot_taken[size_t(s)])
+      return error(status_code::invalid_argument,
+                   where + ": expert " + std::to_string(e) + " or slot " + std::to_string(s) + " named twice");
+    expert_moved[size_t(e)] = slot_taken[size_t(s)] = true;
   }
-  uint8_t* gu = l.slot_gu + int64_t(s) * l.gu_stride;
-  uint8_t* dn = l.slot_dn + int64_t(s) * l.dn_stride;
-  Q35_TRY(copy(gu, l.home_gu + int64_t(e) * l.gu_stride, size_t(l.gu_stride), copy_kind::host_to_device, stream));
-  Q35_TRY(copy(dn, l.home_dn + int64_t(e) * l.dn_stride, size_t(l.dn_stride), copy_kind::host_to_device, stream));
-  l.slot_expert[size_t(s)] = e;
-  l.expert_slot[size_t(e)] = s;
-  return status::success();
+  bool evicted = false;
+  for (const auto& [e, s] : moves) {
+    if (l.expert_slot[size_t(e)] == s) continue;
+    // the slot's expert (and e, if it moves from another slot) is read from home from now on
+    if (const int old = l.slot_expert[size_t(s)]; old >= 0) l.expert_slot[size_t(old)] = -1, evicted = true;
+    if (const int from = l.expert_slot[size_t(e)]; from >= 0) l.slot_expert[size_t(from)] = -1, evicted = true;
+    l.slot_expert[size_t(s)] = -1, l.expert_slot[size_t(e)] = -1;
+    l.in_flight.emplace_back(e, s);
+  }
+  if (l.in_flight.empty()) return status::success();
+  if (evicted) Q35_TRY(upload_index(l, stream));
+  // the copies start after every kernel enqueued so far on the work stream (which may read the slots)
+  Q35_TRY(l.uploaded.record(stream));
+  Q35_TRY(l.uploaded.make_wait(side_.get()));
+  for (const auto& [e, s] : l.in_flight) Q35_TRY(copy_to_slot(l, e, s, side_.get()));
+  return l.copied.record(side_.get());
+}
+
+status expert_store::copies_done(size_t j, bool& done) {
+  done = true;
+  return layers_[j].in_flight.empty() ? status::success() : layers_[j].copied.query(done);
+}
+
+status expert_store::land(size_t j, stream_t stream) {
+  layer& l = layers_[j];
+  if (l.in_flight.empty()) return status::success();
+  Q35_TRY(l.copied.synchronize());
+  for (const auto& [e, s] : l.in_flight) l.slot_expert[size_t(s)] = e, l.expert_slot[size_t(e)] = s;
+  l.in_flight.clear();
+  return upload_index(l, stream);
 }
 
 status expert_store::upload_index(layer& l, stream_t stream) {
   // the previous upload read these pinned arrays asynchronously: it must be complete
-  Q35_TRY(synchronize(stream));
+  Q35_TRY(l.uploaded.synchronize());
   for (int e = 0; e < n_experts_; ++e) {
     const int s = l.expert_slot[size_t(e)];
     const uint8_t* gu = s >= 0 ? l.slot_gu + int64_t(s) * l.gu_stride : l.home_gu + int64_t(e) * l.gu_stride;
@@ -237,10 +275,9 @@ status expert_store::upload_index(layer& l, stream_t stream) {
     l.index_dn_host[size_t(e)] = int32_t(index_of(dn, l.base_dn, l.dn_stride));
   }
   Q35_TRY(copy(l.index_gu.data(), l.index_gu_host.data(), l.index_gu.bytes(), copy_kind::host_to_device, stream));
-  return copy(l.index_dn.data(), l.index_dn_host.data(), l.index_dn.bytes(), copy_kind::host_to_device, stream);
+  Q35_TRY(copy(l.index_dn.data(), l.index_dn_host.data(), l.index_dn.bytes(), copy_kind::host_to_device, stream));
+  return l.uploaded.record(stream);
 }
-
-status expert_store::commit(size_t j, stream_t stream) { return upload_index(layers_[j], stream); }
 
 uint64_t expert_store::host_bytes() const {
   uint64_t b = 0;

@@ -13,20 +13,27 @@
 //                         (launch::moe_expert_index): a miss is read from host memory over the bus by
 //                         the same kernel, with no copy and no host round trip.
 //
-// Promotion, all on the decoder's stream between steps (stream order is the fence):
-//   1. promote(): if the slot holds an expert, upload the index with that expert back home, so that
-//      no kernel enqueued afterwards reads the slot;
-//   2. promote(): copy the new expert's home matrices into the slot;
-//   3. commit(): upload the index naming the slot, after the copy is complete.
-// A kernel enqueued before step 1 has finished before the copy starts; one enqueued after step 3
-// sees the whole copy; between 1 and 3 the expert is read from home. Each index upload first waits
-// for the previous one (both read the same pinned host array).
+// Promotion: the copies run on the store's side stream, overlapping the decode steps; the decoder's
+// stream (the work stream) and the side stream are ordered by events, and the host only polls:
+//   1. promote(), on the work stream: if a slot holds an expert, the index names that expert's home
+//      (an upload), so that no kernel enqueued afterwards reads the slot; an event marks this point;
+//   2. promote(), on the side stream: waits for that event (every kernel that could read the slot's
+//      old bytes has finished), copies the new experts' home matrices into their slots, and records
+//      `copied`; meanwhile the steps read the new experts from home (a miss);
+//   3. between steps, once copies_done() finds `copied` complete (a query, no wait), land() makes the
+//      index name the slots (an upload on the work stream): kernels enqueued after it read the whole
+//      copy.
+// A layer has one batch of promotions in flight at a time. Each index upload first waits for the
+// previous one's event (both read the same pinned host array; a step has passed, so it has completed).
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "q35/arch/graph.hpp"
 #include "q35/arch/memory.hpp"
 #include "q35/io/model_weights.hpp"
 #include "q35/launch/ffn.hpp"
@@ -62,8 +69,12 @@ class expert_store {
     const uint8_t *base_gu = nullptr, *base_dn = nullptr;
     device_buffer<int32_t> index_gu, index_dn;
     pinned_buffer<int32_t> index_gu_host, index_dn_host;  // the index as last uploaded
-    std::vector<int> slot_expert;                         // [slots] expert held, or -1
-    std::vector<int> expert_slot;                         // [n_experts] its slot, or -1
+    // what the index names: an expert in a slot is read from it (a promotion in flight is not yet here)
+    std::vector<int> slot_expert;                // [slots] expert held, or -1
+    std::vector<int> expert_slot;                // [n_experts] its slot, or -1
+    std::vector<std::pair<int, int>> in_flight;  // (expert, slot) being copied on the side stream
+    owned_event uploaded;                        // the work stream after the last index upload / promote
+    owned_event copied;                          // the side stream after the copies in flight
     int32_t n_virtual = 0;
     mutable uint64_t staged_bytes = 0;  // copied to staging by stage() (a record, not state)
   };
@@ -95,12 +106,22 @@ class expert_store {
   // Enqueues the copy of layer l's experts from home to `staging` on `stream`.
   status stage(const layer& l, uint8_t* staging, stream_t stream) const;
 
-  // Copies expert e of layer position j into slot s (see the file comment), enqueued on stream; the
-  // index names the slot after commit(j).
-  status promote(size_t j, int e, int s, stream_t stream);
-  // Uploads layer position j's index (after its promotions), enqueued on stream; waits for the
-  // previous upload first (it reads pinned memory that this one rewrites).
-  status commit(size_t j, stream_t stream);
+  expert_store() = default;
+  ~expert_store();  // waits for the copies in flight
+  expert_store(const expert_store&) = delete;
+  expert_store& operator=(const expert_store&) = delete;
+
+  // Starts copying experts into slots of layer position j (moves: (expert, slot) pairs, distinct
+  // experts and slots), after the work enqueued on `stream` so far (see the file comment). The slots'
+  // experts go home at once; the new ones are named by the index after poll(). An error while layer j
+  // has promotions in flight.
+  status promote(size_t j, std::span<const std::pair<int, int>> moves, stream_t stream);
+  bool in_flight(size_t j) const { return !layers_[j].in_flight.empty(); }
+  // Whether layer j's copies in flight have completed (a query: no wait; true when none are in flight).
+  status copies_done(size_t j, bool& done);
+  // Layer j's promotions in flight land (after waiting for their copies, if need be): the index names
+  // their slots for what is enqueued on `stream` after this.
+  status land(size_t j, stream_t stream);
 
   uint64_t host_bytes() const;    // home copies
   uint64_t device_bytes() const;  // slots and indexes
@@ -108,9 +129,12 @@ class expert_store {
 
  private:
   status upload_index(layer& l, stream_t stream);
+  // Enqueues the copy of expert e's home matrices into slot s.
+  status copy_to_slot(const layer& l, int e, int s, stream_t stream) const;
 
   int slots_ = 0, n_experts_ = 0;
   std::vector<layer> layers_;
+  owned_stream side_;  // promotions' copies
 };
 
 // Whether tensor `t` is a routed-expert tensor of a MoE layer (kept in host memory by an expert store).

@@ -15,6 +15,7 @@
 
 #include "decoder.hpp"
 #include "q35/launch/moe.hpp"
+#include "q35/sim/options.hpp"
 #include "test_model.hpp"
 #include "test_util.hpp"
 
@@ -153,6 +154,11 @@ TEST_CASE("decoder: after every step the slots hold what the policy says" * test
       std::vector<float> logits;
       size_t at = 0;
       int64_t step = 0, violations = 0;
+      // the experts a decode step reads from slots: those chosen after the step before (what was in flight
+      // lands at the start of the step; at first, experts 0 .. S - 1)
+      std::vector<std::vector<bool>> prev_chosen(L, std::vector<bool>(size_t(E), false));
+      for (auto& c : prev_chosen) std::fill(c.begin(), c.begin() + S, true);
+      std::vector<uint64_t> want_hits(L, 0);
       for (const size_t n : feeds) {
         std::vector<float> rows;
         Q35_OK(d.eval(std::span<const int32_t>(tokens).subspan(at, n), &rows));
@@ -170,10 +176,18 @@ TEST_CASE("decoder: after every step the slots hold what the policy says" * test
                                  ? std::pair{double(last_step[j][size_t(e)]), double(last_count[j][size_t(e)])}
                                  : std::pair{decayed[j][size_t(e)], 0.0};
           }
-          const std::vector<int>& slot = m.experts()->layers()[j].expert_slot;
+          // the policy's choice: the slots' experts and those on their way (landing at the next step)
+          const gen::expert_store::layer& layer = m.experts()->layers()[j];
+          std::vector<bool> chosen(size_t(E), false);
+          for (int e = 0; e < E; ++e) chosen[size_t(e)] = layer.expert_slot[size_t(e)] >= 0;
+          for (const auto& [e, s] : layer.in_flight) chosen[size_t(e)] = true;
+          if (n <= size_t(launch::moe_decode_max_tokens))
+            for (int e = 0; e < E; ++e)
+              if (prev_chosen[j][size_t(e)]) want_hits[j] += now[j][size_t(e)] - prev[j][size_t(e)];
+          prev_chosen[j] = chosen;
           for (int a = 0; a < E; ++a)
             for (int b = 0; b < E; ++b)
-              if (slot[size_t(a)] >= 0 && slot[size_t(b)] < 0 && key[size_t(a)] < key[size_t(b)]) {
+              if (chosen[size_t(a)] && !chosen[size_t(b)] && key[size_t(a)] < key[size_t(b)]) {
                 ++violations;
                 MESSAGE("step " << step << " layer " << j << ": slotted " << a << " (" << key[size_t(a)].first << ", "
                                 << key[size_t(a)].second << ") below " << b << " (" << key[size_t(b)].first << ", "
@@ -188,6 +202,8 @@ TEST_CASE("decoder: after every step the slots hold what the policy says" * test
       Q35_OK(d.expert_cache(cache));
       uint64_t promotions = 0;
       for (const gen::expert_cache_stats& c : cache) promotions += c.promotions;
+      REQUIRE(cache.size() == L);
+      for (size_t j = 0; j < L; ++j) CHECK(cache[j].hits == want_hits[j]);
       CHECK(promotions > 0);
       REQUIRE(logits.size() == want.logits.size());
       CHECK(std::memcmp(logits.data(), want.logits.data(), logits.size() * sizeof(float)) == 0);
@@ -195,8 +211,35 @@ TEST_CASE("decoder: after every step the slots hold what the policy says" * test
   }
 }
 
-TEST_CASE("expert_store: the index names a slot only after commit; a slot written after it is read" *
-          test::needs_device()) {
+TEST_CASE("decoder: promotions still copying when the next steps run change no logit" * test::needs_device()) {
+  // The side stream lags (sim): a promotion's copy completes only at the third query of its event, so
+  // rebalancing every step, several steps run while copies are in flight (each layer waits for its batch
+  // to land before it promotes again). Logits and counts stay the all-resident ones, and promotions land.
+  sim::options o = sim::current_options();
+  o.side_stream_lag = 2;
+  sim::scoped_options scoped(o);
+  const auto l = test::load_model("tiny_moe_q4km.gguf");
+  const std::vector<int32_t> tokens = turn_tokens(l->model.hparams().n_vocab);
+  const session want = run_session(l->model, cache_config(0), tokens);
+  gen::device_model m;
+  Q35_OK(m.load(l->file, l->bound, {}, 3));
+  const session got = run_session(m, cache_config(1), tokens);
+  REQUIRE(got.logits.size() == want.logits.size());
+  CHECK(std::memcmp(got.logits.data(), want.logits.data(), got.logits.size() * sizeof(float)) == 0);
+  CHECK(got.counts == want.counts);
+  uint64_t promotions = 0, in_flight = 0;
+  for (const gen::expert_cache_stats& c : got.cache) promotions += c.promotions;
+  for (const gen::expert_store::layer& L : m.experts()->layers()) in_flight += L.in_flight.size();
+  CHECK(promotions > in_flight);  // some landed
+}
+
+TEST_CASE("expert_store: the index names a slot only after its copy has landed" * test::needs_device()) {
+  // The side stream lags (sim): its copies run only when an event on it is waited for or queried three
+  // times, as late as a GPU could run them. A protocol that named the slot before the copy completed
+  // would have the kernels read the evicted expert's bytes.
+  sim::options o = sim::current_options();
+  o.side_stream_lag = 3;
+  sim::scoped_options scoped(o);
   const auto l = test::load_model("tiny_moe_q4km.gguf");
   const io::model_hparams& h = l->model.hparams();
   gen::device_model m;
@@ -231,23 +274,38 @@ TEST_CASE("expert_store: the index names a slot only after commit; a slot writte
   REQUIRE(!w.maybe_index.empty());
   CHECK(run(w) == want);  // expert 0 in the slot, the token's experts wherever they are
 
-  // promote one of the token's experts into the slot (evicting expert 0, which the index first sends
-  // home), then spoil the slot's bytes (a copy still under way): before commit nothing reads the slot
+  // promote one of the token's experts into the slot, evicting expert 0 (the slot still holds its
+  // bytes: the copy is queued): until it lands, the token's experts are read from home
   const int e = ids[0] == 0 ? ids[1] : ids[0];
   const gen::expert_store::layer& L = store.layers()[0];
-  Q35_OK(store.promote(0, e, 0, nullptr));
+  const std::pair<int, int> move{e, 0};
+  Q35_OK(store.promote(0, std::span(&move, 1), nullptr));
+  CHECK(store.in_flight(0));
+  CHECK(L.slot_expert[0] == -1);
+  CHECK(L.expert_slot[size_t(e)] == -1);
+  CHECK(std::memcmp(L.slot_gu, L.home_gu, size_t(L.gu_stride)) == 0);  // expert 0's bytes, not e's
+  CHECK(store.promote(0, std::span(&move, 1), nullptr).code() == status_code::invalid_argument);  // one batch
+  for (int poll = 0; poll < 3; ++poll) {
+    bool done = true;
+    Q35_OK(store.copies_done(0, done));
+    CHECK_FALSE(done);
+    CHECK(run(w) == want);
+  }
+  Q35_OK(store.land(0, nullptr));
+  CHECK_FALSE(store.in_flight(0));
   CHECK(L.slot_expert[0] == e);
-  Q35_OK(fill_bytes(L.slot_gu, 0x7f, size_t(L.gu_stride)));
+  CHECK(std::memcmp(L.slot_gu, L.home_gu + int64_t(e) * L.gu_stride, size_t(L.gu_stride)) == 0);
   CHECK(run(w) == want);
-  // after commit the kernels read the slot: the spoilt bytes show (so the order is what protects them)
-  Q35_OK(store.commit(0, nullptr));
+  // the kernels now read the slot (so the order above is what protects them): spoilt bytes show
+  Q35_OK(fill_bytes(L.slot_gu, 0x7f, size_t(L.gu_stride)));
   CHECK(run(w) != want);
   CHECK(test::to_host(flag)[0] == 0);
-  // a complete copy, committed: the slot serves the expert
-  Q35_OK(store.promote(0, (e + 1) % int(h.n_experts), 0, nullptr));
-  Q35_OK(store.promote(0, e, 0, nullptr));
-  Q35_OK(store.commit(0, nullptr));
-  CHECK(run(w) == want);
+  // bad moves are refused
+  const std::pair<int, int> bad[] = {{int(h.n_experts), 0}, {0, 1}};
+  CHECK(store.promote(0, std::span(bad, 1), nullptr).code() == status_code::invalid_argument);
+  CHECK(store.promote(0, std::span(bad + 1, 1), nullptr).code() == status_code::invalid_argument);
+  const std::pair<int, int> twice[] = {{1, 0}, {2, 0}};
+  CHECK(store.promote(0, twice, nullptr).code() == status_code::invalid_argument);
 }
 
 TEST_CASE("device_model: bad expert slot counts are refused" * test::needs_device()) {

@@ -1,5 +1,6 @@
 // launch/launch.hpp: shapes, dynamic shared memory beyond 48 KB, empty grids, and launch errors; an
-// error is reported by the call that caused it, never by the next, innocent one.
+// error is reported by the call that caused it, never by the next, innocent one. And arch/graph.hpp's
+// side streams and events.
 #include "q35/arch/graph.hpp"
 #include "q35/arch/thread.hpp"
 #include "q35/launch/launch.hpp"
@@ -150,6 +151,70 @@ TEST_CASE("launch: after a failed graph capture the same stream runs eagerly" * 
   CHECK_FALSE(g.ready());
   check_next_launch_is_clean(s, stream.get());
 }
+
+// A side stream's copy reaches another stream's kernel through an event, and the host through a query
+// or a wait; an event never recorded has completed.
+TEST_CASE("streams: a side stream's copy is seen through events" * test::needs_device()) {
+  owned_stream work, side;
+  Q35_REQUIRE_OK(work.create());
+  Q35_REQUIRE_OK(side.create(stream_role::side));
+  owned_event never;
+  bool done = false;
+  Q35_REQUIRE_OK(never.query(done));
+  CHECK(done);
+  Q35_REQUIRE_OK(never.synchronize());
+  pinned_buffer<float> src;
+  Q35_REQUIRE_OK(src.allocate(64));
+  for (size_t i = 0; i < 64; ++i) src[i] = float(i) + 0.5f;
+  auto a = test::poisoned<float>(64), b = test::poisoned<float>(64);
+  owned_event copied;
+  Q35_REQUIRE_OK(copy(a.data(), src.data(), 64 * 4, copy_kind::host_to_device, side.get()));
+  Q35_REQUIRE_OK(copied.record(side.get()));
+  Q35_REQUIRE_OK(copied.make_wait(work.get()));
+  Q35_REQUIRE_OK(copy(b.data(), a.data(), 64 * 4, copy_kind::device_to_device, work.get()));
+  Q35_REQUIRE_OK(synchronize(work.get()));
+  CHECK(test::to_host(b) == std::vector<float>(src.data(), src.data() + 64));
+  Q35_REQUIRE_OK(copied.synchronize());
+  Q35_REQUIRE_OK(copied.query(done));
+  CHECK(done);
+}
+
+#if !Q35_BACKEND_CUDA
+// The sim's lagging side stream: its copies run as late as a GPU could run them, so that a reader who
+// does not wait for the event sees the old bytes (what the expert cache's protocol is tested with).
+TEST_CASE("sim: a lagging side stream runs its copies only when they must be seen") {
+  sim::options o = sim::current_options();
+  o.side_stream_lag = 2;
+  sim::scoped_options scoped(o);
+  owned_stream side, work;
+  Q35_REQUIRE_OK(side.create(stream_role::side));
+  Q35_REQUIRE_OK(work.create());  // a work stream never lags
+  std::vector<int> dst(4, 0), one(4, 1), two(4, 2);
+  Q35_REQUIRE_OK(copy(dst.data(), one.data(), 16, copy_kind::host_to_device, work.get()));
+  CHECK(dst == one);
+  Q35_REQUIRE_OK(copy(dst.data(), two.data(), 16, copy_kind::host_to_device, side.get()));
+  CHECK(dst == one);  // queued
+  owned_event e;
+  Q35_REQUIRE_OK(e.record(side.get()));
+  bool done = true;
+  Q35_REQUIRE_OK(e.query(done));
+  CHECK_FALSE(done);
+  Q35_REQUIRE_OK(e.query(done));
+  CHECK_FALSE(done);
+  CHECK(dst == one);
+  Q35_REQUIRE_OK(e.query(done));  // the lag is spent: the copy has run
+  CHECK(done);
+  CHECK(dst == two);
+  // a wait from another stream runs the recorded work (and nothing queued after it); so does synchronize
+  Q35_REQUIRE_OK(fill_bytes(dst.data(), 0, 16, side.get()));
+  Q35_REQUIRE_OK(e.record(side.get()));
+  Q35_REQUIRE_OK(fill_bytes(dst.data(), 0xff, 4, side.get()));
+  Q35_REQUIRE_OK(e.make_wait(work.get()));
+  CHECK(dst == std::vector<int>(4, 0));
+  Q35_REQUIRE_OK(synchronize(side.get()));
+  CHECK(dst == std::vector<int>{-1, 0, 0, 0});
+}
+#endif
 
 static_assert(!launch::kernel_functor<no_grid>);
 static_assert(!launch::kernel_functor<too_many_threads>);

@@ -1,15 +1,26 @@
-// Streams and graphs behind one interface: owned_stream (a stream of its own, so its work can be
-// captured), and launch_graph: a sequence of launches recorded once and replayed (CUDA graphs). The
-// sim runs every launch synchronously, so it has no graphs: capture() reports `unsupported` and callers
-// run their launches directly.
+// Streams, events and graphs behind one interface: owned_stream (a stream of its own, so its work can
+// be captured, or a side stream whose copies overlap the work of another), owned_event (a point in a
+// stream's work that another stream or the host waits for, or polls), and launch_graph: a sequence of
+// launches recorded once and replayed (CUDA graphs). The sim runs every launch synchronously, so it
+// has no graphs: capture() reports `unsupported` and callers run their launches directly; its side
+// streams may lag (sim::options::side_stream_lag), so that a missing event shows in a test.
 #pragma once
 
+#include <algorithm>
 #include <utility>
 
 #include "q35/arch/memory.hpp"
 #include "q35/core/status.hpp"
 
+#if !Q35_BACKEND_CUDA
+#include "q35/sim/options.hpp"
+#endif
+
 namespace q35 {
+
+// work: a stream that runs kernels; side: one for copies that overlap another stream's work (on the
+// sim it lags when the options say so).
+enum class stream_role { work, side };
 
 class owned_stream {
  public:
@@ -18,24 +29,131 @@ class owned_stream {
   owned_stream(const owned_stream&) = delete;
   owned_stream& operator=(const owned_stream&) = delete;
 
-  status create() {
+  status create(stream_role role = stream_role::work) {
     reset();
 #if Q35_BACKEND_CUDA
+    (void)role;
     return detail::cuda_status(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), "cudaStreamCreate");
 #else
+    s_ = new sim_stream;
+    if (role == stream_role::side) s_->lag = std::max(sim::current_options().side_stream_lag, 0);
     return status::success();
 #endif
   }
   stream_t get() const { return s_; }
 
  private:
+  // A stream destroyed with work pending still completes it (on cuda the device does; on the sim it
+  // runs here): owners wait for it before they free what it reads or writes.
   void reset() {
 #if Q35_BACKEND_CUDA
     if (s_) cudaStreamDestroy(s_);
+#else
+    if (s_) s_->run_all();
+    delete s_;
 #endif
     s_ = nullptr;
   }
   stream_t s_ = nullptr;
+};
+
+// A point in a stream's work: record() marks what has been enqueued so far; make_wait() orders
+// another stream's later work after it (no host wait); query() tells without waiting whether it has
+// completed; synchronize() waits. An event never recorded has completed. Movable, not copyable.
+class owned_event {
+ public:
+  owned_event() = default;
+  ~owned_event() { reset(); }
+  owned_event(owned_event&& o) noexcept { *this = std::move(o); }
+  owned_event& operator=(owned_event&& o) noexcept {
+    if (this != &o) {
+      reset();
+#if Q35_BACKEND_CUDA
+      e_ = std::exchange(o.e_, nullptr);
+#else
+      s_ = std::exchange(o.s_, nullptr), seq_ = o.seq_, polls_ = o.polls_;
+#endif
+    }
+    return *this;
+  }
+  owned_event(const owned_event&) = delete;
+  owned_event& operator=(const owned_event&) = delete;
+
+  status record(stream_t stream) {
+#if Q35_BACKEND_CUDA
+    if (!e_) Q35_TRY(detail::cuda_status(cudaEventCreateWithFlags(&e_, cudaEventDisableTiming), "cudaEventCreate"));
+    return detail::cuda_status(cudaEventRecord(e_, stream), "cudaEventRecord");
+#else
+    // only a lagging stream has work that is not complete yet
+    const bool lags = stream && stream->lag > 0;
+    s_ = lags ? stream : nullptr;
+    seq_ = lags ? stream->enqueued : 0;
+    polls_ = lags ? stream->lag : 0;
+    return status::success();
+#endif
+  }
+  status make_wait(stream_t stream) const {
+#if Q35_BACKEND_CUDA
+    if (!e_) return status::success();
+    return detail::cuda_status(cudaStreamWaitEvent(stream, e_, 0), "cudaStreamWaitEvent");
+#else
+    if (!s_) return status::success();
+    sim_stream* s = s_;
+    const uint64_t n = seq_;
+    if (stream && stream->lag > 0)
+      stream->submit([s, n] { s->run_to(n); });
+    else
+      s->run_to(n);  // the sim runs the waiting stream's next work at once: the recorded work goes first
+    return status::success();
+#endif
+  }
+  status query(bool& done) {
+#if Q35_BACKEND_CUDA
+    done = true;
+    if (!e_) return status::success();
+    const cudaError_t rc = cudaEventQuery(e_);
+    if (rc == cudaErrorNotReady) {
+      done = false;
+      return status::success();
+    }
+    return detail::cuda_status(rc, "cudaEventQuery", status_code::kernel_fault);
+#else
+    done = !s_ || s_->completed >= seq_;
+    if (!done && polls_ > 0) {
+      --polls_;
+      return status::success();
+    }
+    if (!done) s_->run_to(seq_);
+    done = true;
+    return status::success();
+#endif
+  }
+  status synchronize() {
+#if Q35_BACKEND_CUDA
+    if (!e_) return status::success();
+    return detail::cuda_status(cudaEventSynchronize(e_), "cudaEventSynchronize", status_code::kernel_fault);
+#else
+    if (s_) s_->run_to(seq_);
+    return status::success();
+#endif
+  }
+
+ private:
+  void reset() {
+#if Q35_BACKEND_CUDA
+    if (e_) cudaEventDestroy(e_);
+    e_ = nullptr;
+#else
+    s_ = nullptr;
+#endif
+  }
+#if Q35_BACKEND_CUDA
+  cudaEvent_t e_ = nullptr;
+#else
+  sim_stream* s_ = nullptr;  // the lagging stream it was recorded on, or null: complete
+  uint64_t seq_ = 0;         // that stream's operations before it
+  int polls_ = 0;            // queries left that report "not yet"
+#endif
 };
 
 class launch_graph {

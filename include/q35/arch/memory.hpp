@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -37,7 +39,37 @@ inline status cuda_status(cudaError_t e, const char* what, status_code code = st
 }
 }  // namespace detail
 #else
-struct sim_stream;  // the sim runs every launch to completion before returning: streams are tags
+// The sim runs every launch to completion before returning; the null stream is nothing more. A stream
+// made by owned_stream is a sim_stream, whose work also runs at once, unless it is a side stream made
+// while the sim's options::side_stream_lag is set: then its copies and fills are queued and run only
+// when someone has to see them (synchronize, an event on it that is waited for or queried `lag` times,
+// a launch on it). That is the latest a GPU could run them, so a test sees what a user of the stream
+// reads if it forgets to wait for it through an event (arch/graph.hpp).
+struct sim_stream {
+  int lag = 0;  // 0: runs work at once; else event queries on it report "not yet" `lag` times
+  std::deque<std::function<void()> > queued;
+  uint64_t enqueued = 0, completed = 0;  // operations queued and run, since the stream was made
+
+  // Runs f now, or queues it on a lagging stream.
+  void submit(std::function<void()> f) {
+    if (lag == 0) {
+      f();
+      return;
+    }
+    queued.push_back(std::move(f));
+    ++enqueued;
+  }
+  // Runs the queued operations up to the n-th.
+  void run_to(uint64_t n) {
+    while (completed < n && !queued.empty()) {
+      std::function<void()> f = std::move(queued.front());
+      queued.pop_front();
+      ++completed;
+      f();
+    }
+  }
+  void run_all() { run_to(enqueued); }
+};
 using stream_t = sim_stream*;
 #endif
 
@@ -85,7 +117,10 @@ inline status copy(void* dst, const void* src, size_t bytes, copy_kind kind, str
             : kind == copy_kind::device_to_host ? sim::counters().d2h_copies
                                                 : sim::counters().d2d_copies;
   ++n;
-  std::memmove(dst, src, bytes);
+  if (stream)
+    stream->submit([=] { std::memmove(dst, src, bytes); });
+  else
+    std::memmove(dst, src, bytes);
   return status::success();
 #endif
 }
@@ -96,9 +131,11 @@ inline status fill_bytes(void* dst, int byte, size_t bytes, stream_t stream = nu
 #if Q35_BACKEND_CUDA
   return detail::cuda_status(cudaMemsetAsync(dst, byte, bytes, stream), "cudaMemsetAsync");
 #else
-  (void)stream;
   ++sim::counters().fills;
-  std::memset(dst, byte, bytes);
+  if (stream)
+    stream->submit([=] { std::memset(dst, byte, bytes); });
+  else
+    std::memset(dst, byte, bytes);
   return status::success();
 #endif
 }
@@ -108,8 +145,8 @@ inline status synchronize(stream_t stream = nullptr) {
 #if Q35_BACKEND_CUDA
   return detail::cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize", status_code::kernel_fault);
 #else
-  (void)stream;
   ++sim::counters().synchronizations;
+  if (stream) stream->run_all();
   return status::success();
 #endif
 }

@@ -189,7 +189,7 @@ status launch(const typename K::params& p, stream_t stream = nullptr) {
   if (rc != cudaSuccess) return q35::detail::cuda_status(rc, ("launch of " + kernel_name<K>()).c_str());
   return status::success();
 #else
-  (void)stream;
+  if (stream) stream->run_all();  // the stream's queued copies come first (a lagging side stream)
   if (smem > sim_max_shared_bytes)
     return error(status_code::launch_failed, "kernel " + kernel_name<K>() + ": " + std::to_string(smem) +
                                                  " bytes of shared memory exceed the " +

@@ -31,6 +31,10 @@ struct options {
   // (sim/visibility.hpp): exposes a missing fence in cross-block patterns. Runs on one worker and
   // copies all device memory per block: for small tests only.
   bool delay_stores = false;
+  // Side streams made while this is > 0 queue their copies until someone must see them, and an event
+  // on one reports "not yet" to this many queries before its work runs (arch/memory.hpp, sim_stream):
+  // exposes a user of a side stream that reads its results without waiting for them.
+  int side_stream_lag = 0;
 };
 
 inline const char* to_string(thread_order o) {
