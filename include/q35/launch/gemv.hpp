@@ -26,6 +26,7 @@
 #include "q35/ops/gemv_dot16.hpp"
 #include "q35/ops/gemv_policy.hpp"
 #include "q35/quant/act16.hpp"
+#include "q35/quant/format_list.hpp"
 
 namespace q35::launch {
 
@@ -287,5 +288,27 @@ status gemv(const gemv_args<Format>& a, stream_t stream = nullptr) {
     }
   });
 }
+
+// gemv<F> with its default policy for every supported format, compiled once per program under
+// Q35_KERNELS_EXTERN / Q35_KERNELS_INSTANTIATE (see the end of launch/matmul.hpp).
+#if defined(Q35_KERNELS_INSTANTIATE) || defined(Q35_KERNELS_EXTERN)
+#if defined(Q35_KERNELS_INSTANTIATE)
+#define Q35_GEMV_INSTANCE(F) \
+  template status gemv<quant::F, ops::gemv_policy<quant::F>>(const gemv_args<quant::F>&, stream_t);
+#else
+#define Q35_GEMV_INSTANCE(F) \
+  extern template status gemv<quant::F, ops::gemv_policy<quant::F>>(const gemv_args<quant::F>&, stream_t);
+#endif
+Q35_GEMV_INSTANCE(f32_format)
+Q35_GEMV_INSTANCE(f16_format)
+Q35_GEMV_INSTANCE(bf16_format)
+Q35_GEMV_INSTANCE(q8_0_format)
+Q35_GEMV_INSTANCE(q4_0_format)
+Q35_GEMV_INSTANCE(q4_k_format)
+Q35_GEMV_INSTANCE(q5_k_format)
+Q35_GEMV_INSTANCE(q6_k_format)
+#undef Q35_GEMV_INSTANCE
+static_assert(quant::supported_formats::size == 8, "a new format needs its gemv instance above");
+#endif
 
 }  // namespace q35::launch

@@ -116,7 +116,7 @@ inline status quantize_shared_input(const float* x, int64_t n_tokens, int64_t co
 
 // y = W x, y += W x, or y = silu(W_gate x) * (W_up x), for n_tokens >= 0 tokens. Asynchronous.
 template <int = 0>
-inline status matmul(const matmul_args& a, stream_t stream = nullptr) {
+status matmul(const matmul_args& a, stream_t stream = nullptr) {
   if (a.w.n_mats != 1)
     return detail::bad_matmul("w has " + std::to_string(a.w.n_mats) + " matrices; use matmul_experts");
   if ((a.epilogue == ops::epilogue::swiglu) != !a.maybe_w_up.empty())
@@ -179,7 +179,7 @@ struct matmul_experts_args {
 
 // y[p] = W[ids[p]] x[p / x_group_div] (+ epilogue) for every pair p. Asynchronous.
 template <int = 0>
-inline status matmul_experts(const matmul_experts_args& a, stream_t stream = nullptr) {
+status matmul_experts(const matmul_experts_args& a, stream_t stream = nullptr) {
   if ((a.epilogue == ops::epilogue::swiglu) != !a.maybe_w_up.empty())
     return detail::bad_matmul("swiglu needs maybe_w_up, and only swiglu takes it");
   if (!a.maybe_w_up.empty()) {
@@ -201,5 +201,18 @@ inline status matmul_experts(const matmul_experts_args& a, stream_t stream = nul
     return gemv<F>(g, stream);
   });
 }
+
+// matmul and matmul_experts reach every format's GEMV and GEMM kernels: each translation unit that
+// calls them compiles all of those. A program with several such units can compile them once: every
+// unit defines Q35_KERNELS_EXTERN (they then only declare these instances, and gemv.hpp's), and exactly
+// one also defines Q35_KERNELS_INSTANTIATE and includes this header (it compiles them). Without either,
+// nothing changes (header-only).
+#if defined(Q35_KERNELS_INSTANTIATE)
+template status matmul<0>(const matmul_args&, stream_t);
+template status matmul_experts<0>(const matmul_experts_args&, stream_t);
+#elif defined(Q35_KERNELS_EXTERN)
+extern template status matmul<0>(const matmul_args&, stream_t);
+extern template status matmul_experts<0>(const matmul_experts_args&, stream_t);
+#endif
 
 }  // namespace q35::launch
