@@ -61,11 +61,23 @@ if ((e2e_build_rc == 0)); then
     --bench-model 122B-A10B --vram 24G,16G --bench-ctx 0 --bench-pp 512 --bench-json "$logs/e2e_vram.json" \
     >"$logs/e2e_vram.log" 2>&1
   vram_rc=$?
+  # Experts in host memory on the GPU give the all-resident logits bit for bit (zero-copy reads through
+  # the index, promotions copied on the side stream and landed by event; -n 40: two rebalances).
+  experts_rc=0
+  for cache in none 0 1 3; do
+    flag=()
+    [[ $cache != none ]] && flag=(--expert-cache "$cache")
+    timeout 60 "$e2e_build/examples/qwen35_generate/qwen35_generate_cuda" -m tests/data/tiny_moe_q4km.gguf \
+      -p "The quick brown fox jumps over the lazy dog, again and again" -n 40 --temp 0 "${flag[@]}" \
+      --dump-logits "$logs/experts_$cache.bin" >>"$logs/experts.log" 2>&1 || experts_rc=1
+    [[ $cache != none ]] && { cmp "$logs/experts_none.bin" "$logs/experts_$cache.bin" >>"$logs/experts.log" 2>&1 || experts_rc=1; }
+  done
 else
   tail -20 "$logs/build_e2e.log"
   echo "qwen35_generate_cuda build failed (see $logs/build_e2e.log): no end-to-end results"
   e2e_rc=$e2e_build_rc
   vram_rc=$e2e_build_rc
+  experts_rc=$e2e_build_rc
 fi
 e2e_s=$((SECONDS - e2e_start))
 
@@ -75,7 +87,7 @@ bench_rc=$?
 
 echo
 echo "== summary ($gpu) =="
-echo "build: ${build_s}s   tests: rc=$tests_rc ($(grep -Eo '[0-9]+% tests passed.*' "$logs/tests.log" | head -1))   e2e: rc=$e2e_rc vram: rc=$vram_rc (${e2e_s}s)   bench: rc=$bench_rc   total: $((SECONDS - start))s"
+echo "build: ${build_s}s   tests: rc=$tests_rc ($(grep -Eo '[0-9]+% tests passed.*' "$logs/tests.log" | head -1))   e2e: rc=$e2e_rc vram: rc=$vram_rc (${e2e_s}s)   host experts = resident: rc=$experts_rc   bench: rc=$bench_rc   total: $((SECONDS - start))s"
 tail -1 "$logs/ptxas.txt"
 python3 - "$logs/bench.json" <<'PY'
 import json, sys
