@@ -13,9 +13,7 @@ status decoder::expert_counts(std::vector<std::vector<uint64_t>>& out) const {
                                                     ? "decoder::expert_counts: the model has no MoE layers"
                                                     : "decoder::expert_counts: expert statistics are off "
                                                       "(decoder_config::expert_stats)");
-  out.assign(moe_layers_.size(), {});
-  for (size_t j = 0; j < moe_layers_.size(); ++j) Q35_TRY(expert_load_->read(int(j), out[j], stream()));
-  return status::success();
+  return expert_load_->read_all(out, stream());  // one copy, one wait (settled at every rebalance)
 }
 
 bool decoder::step_stages() const {

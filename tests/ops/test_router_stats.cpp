@@ -72,6 +72,9 @@ TEST_CASE("expert_load: the histogram accumulates across launches, per layer, an
   CHECK(other == std::vector<uint64_t>(60, 0));  // layer 0 untouched
   Q35_REQUIRE_OK(load.read(2, other));
   CHECK(other == std::vector<uint64_t>(60, 0));
+  std::vector<std::vector<uint64_t>> all;  // every layer in one read
+  Q35_REQUIRE_OK(load.read_all(all));
+  CHECK(all == std::vector<std::vector<uint64_t>>{std::vector<uint64_t>(60, 0), want, std::vector<uint64_t>(60, 0)});
 
   // The device histogram's summary against statistics of the host count, computed independently of
   // summarize(): first minimum / maximum by std::min_element / max_element, and the variance exactly

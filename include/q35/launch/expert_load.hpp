@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -63,6 +64,17 @@ class expert_load {
     Q35_TRY(copy(out.data(), counts_.data() + size_t(layer) * size_t(n_expert_), size_t(n_expert_) * 8,
                  copy_kind::device_to_host, stream));
     return synchronize(stream);
+  }
+  // Every layer's counts (out[layer]) in one copy and one wait: what a caller that reads them all
+  // between decode steps uses (one synchronization instead of one per layer).
+  status read_all(std::vector<std::vector<uint64_t>>& out, stream_t stream = nullptr) const {
+    std::vector<uint64_t> all(counts_.size());
+    Q35_TRY(copy(all.data(), counts_.data(), counts_.bytes(), copy_kind::device_to_host, stream));
+    Q35_TRY(synchronize(stream));
+    out.assign(size_t(n_layers_), {});
+    for (int l = 0; l < n_layers_; ++l)
+      out[size_t(l)].assign(all.begin() + ptrdiff_t(l) * n_expert_, all.begin() + ptrdiff_t(l + 1) * n_expert_);
+    return status::success();
   }
   status summary(int layer, expert_load_summary& out, stream_t stream = nullptr) const {
     std::vector<uint64_t> c;
