@@ -70,6 +70,7 @@ status expert_store::allocate(const io::model_hparams& h, const io::model_weight
                  "expert_store: " + std::to_string(slots) +
                      " slots per layer is outside 0..n_experts = " + std::to_string(n_experts_));
   slots_ = slots;
+  if (side_.get()) Q35_TRY(synchronize(side_.get()));  // a second allocate: no copy may outlive its buffers
   Q35_TRY(side_.create(stream_role::side));
   std::vector<expert_layer_shape> shapes;
   Q35_TRY(expert_layer_shapes(w, shapes));
@@ -218,7 +219,15 @@ status expert_store::copy_to_slot(const layer& l, int e, int s, stream_t stream)
               copy_kind::host_to_device, stream);
 }
 
+status expert_store::check_position(size_t j, const char* what) const {
+  if (j < layers_.size()) return status::success();
+  return error(status_code::invalid_argument, std::string("expert_store::") + what + ": layer position " +
+                                                  std::to_string(j) + " is outside 0.." +
+                                                  std::to_string(int64_t(layers_.size()) - 1));
+}
+
 status expert_store::promote(size_t j, std::span<const std::pair<int, int>> moves, stream_t stream) {
+  Q35_TRY(check_position(j, "promote"));
   layer& l = layers_[j];
   const std::string where = "expert_store::promote: layer " + std::to_string(l.index);
   if (!l.in_flight.empty()) return error(status_code::invalid_argument, where + " has promotions in flight");
@@ -252,10 +261,12 @@ status expert_store::promote(size_t j, std::span<const std::pair<int, int>> move
 
 status expert_store::copies_done(size_t j, bool& done) {
   done = true;
+  Q35_TRY(check_position(j, "copies_done"));
   return layers_[j].in_flight.empty() ? status::success() : layers_[j].copied.query(done);
 }
 
 status expert_store::land(size_t j, stream_t stream) {
+  Q35_TRY(check_position(j, "land"));
   layer& l = layers_[j];
   if (l.in_flight.empty()) return status::success();
   Q35_TRY(l.copied.synchronize());

@@ -113,8 +113,8 @@ class expert_store {
 
   // Starts copying experts into slots of layer position j (moves: (expert, slot) pairs, distinct
   // experts and slots), after the work enqueued on `stream` so far (see the file comment). The slots'
-  // experts go home at once; the new ones are named by the index after poll(). An error while layer j
-  // has promotions in flight.
+  // experts go home at once; the new ones are named by the index after land(). An error while layer j
+  // has promotions in flight, or for a j that is not a layer position.
   status promote(size_t j, std::span<const std::pair<int, int>> moves, stream_t stream);
   bool in_flight(size_t j) const { return !layers_[j].in_flight.empty(); }
   // Whether layer j's copies in flight have completed (a query: no wait; true when none are in flight).
@@ -129,6 +129,7 @@ class expert_store {
 
  private:
   status upload_index(layer& l, stream_t stream);
+  status check_position(size_t j, const char* what) const;  // an error naming a bad layer position
   // Enqueues the copy of expert e's home matrices into slot s.
   status copy_to_slot(const layer& l, int e, int s, stream_t stream) const;
 

@@ -306,6 +306,11 @@ TEST_CASE("expert_store: the index names a slot only after its copy has landed" 
   CHECK(store.promote(0, std::span(bad + 1, 1), nullptr).code() == status_code::invalid_argument);
   const std::pair<int, int> twice[] = {{1, 0}, {2, 0}};
   CHECK(store.promote(0, twice, nullptr).code() == status_code::invalid_argument);
+  const size_t past = store.layers().size();  // a layer position that does not exist
+  CHECK(store.promote(past, std::span(&move, 1), nullptr).code() == status_code::invalid_argument);
+  bool done = false;
+  CHECK(store.copies_done(past, done).code() == status_code::invalid_argument);
+  CHECK(store.land(past, nullptr).code() == status_code::invalid_argument);
 }
 
 TEST_CASE("device_model: bad expert slot counts are refused" * test::needs_device()) {
