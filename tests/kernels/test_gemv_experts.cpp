@@ -111,6 +111,32 @@ TEST_CASE("gemv experts: 35B-A3B gate/up shape, top-8 of 256" * test::needs_devi
                                     true);
 }
 
+// Q6_K SwiGLU in expert mode takes 4-block items of 8-byte loads (launch::gemv_int_load_bytes: the
+// 16-byte item's instance spilled on sm_90), so rows of 1024 n weights have the integer path too;
+// store keeps the 16-byte item. Widths 1024 (one item), 3072 (three; not a multiple of 2048) and
+// 2048 (what took the 16-byte item before).
+TEST_CASE("gemv experts: Q6_K swiglu takes 8-byte items, rows of 1024 n included" * test::needs_device()) {
+  using F = quant::q6_k_format;
+  launch::gemv_args<F> a;
+  static int32_t ids[1];
+  a.maybe_expert_ids = ids, a.n_pairs = 1, a.n_experts = 1, a.rows = 4;
+  a.epilogue = gemv_epilogue::swiglu;
+  for (int64_t cols : {1024, 2048, 3072}) {
+    a.cols = cols;
+    CHECK(launch::gemv_int_load_bytes(a) == 8);
+  }
+  a.epilogue = gemv_epilogue::store;
+  a.cols = 2048;
+  CHECK(launch::gemv_int_load_bytes(a) == 16);
+  a.cols = 3072;
+  CHECK(launch::gemv_int_load_bytes(a) == 0);  // expert store: only the 16-byte item (float path)
+  const std::vector<int32_t> pairs = {2, 0, 2, 1};
+  for (int64_t cols : {1024, 2048, 3072}) {
+    CAPTURE(cols);
+    check_experts<F>(pairs, 3, 19, cols, 2, gemv_epilogue::swiglu, 81 + uint64_t(cols), true);
+  }
+}
+
 // A merged ffn_gate_up_exps tensor [n_experts][2 ff][cols]: expert e's gate rows then its up rows in
 // one allocation. w = base, maybe_w_up = base + ff rows, expert stride = 2 ff rows: pair p must read
 // rows [2 ff id, 2 ff id + ff) and [2 ff id + ff, 2 ff (id + 1)) (ids >= 1 catch a stride taken

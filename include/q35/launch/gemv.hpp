@@ -84,17 +84,25 @@ inline constexpr int gemv_max_tokens = 8;
 // multiple of 1024) or 2-block items of 4-byte loads (512), in one-token plain products (decode):
 // instances for 4/8 tokens and expert mode of these would double Q6_K's share of the CUDA build, and
 // those products take the float path (as do one-token products that ask for row_invariant).
+// Q6_K SwiGLU in expert mode always takes the 8-byte item (rows a multiple of 1024): with 16-byte
+// items ptxas (nvcc 13.0) trimmed that instance to 96 registers on sm_90 and spilled in its loop
+// (8 bytes of stack, 3 local-memory instructions per item), with either order of its two matrices'
+// items or any minimum of blocks per SM; the 8-byte item keeps 83 registers, no local memory, and
+// 2.20 issued instructions per weight against the 16-byte item's 2.15 (scripts/check_sass.py, sm_90).
 template <quant::weight_format Format>
 int gemv_int_load_bytes(const gemv_args<Format>& a) {
   const auto bits = reinterpret_cast<uintptr_t>(a.w) | reinterpret_cast<uintptr_t>(a.maybe_w_up) |
                     uintptr_t(a.maybe_expert_ids ? a.expert_stride_bytes : 0);
+  const bool expert_swiglu = a.maybe_expert_ids && a.epilogue == ops::epilogue::swiglu;
   int found = 0;
   auto fits = [&](auto load) {
     constexpr int L = decltype(load)::value;
     if constexpr (ops::has_dot16_loads<Format, L>) {
-      if (found == 0 && a.cols % ops::dot16<Format, L>::item_elems == 0 && bits % L == 0 &&
-          (L == 16 || (!a.maybe_expert_ids && a.n_tokens == 1 && !a.row_invariant)))
-        found = L;
+      const bool plain_decode = !a.maybe_expert_ids && a.n_tokens == 1 && !a.row_invariant;
+      const bool takes = L == 16  ? !(expert_swiglu && ops::has_dot16_loads<Format, 8>)
+                         : L == 8 ? plain_decode || expert_swiglu
+                                  : plain_decode;
+      if (found == 0 && takes && a.cols % ops::dot16<Format, L>::item_elems == 0 && bits % L == 0) found = L;
     }
   };
   fits(std::integral_constant<int, 16>{});
@@ -269,14 +277,22 @@ status gemv(const gemv_args<Format>& a, stream_t stream = nullptr) {
     } else {
       return dispatch<0, 1, 2>(int(a.epilogue), [&](auto e) -> status {
         constexpr gemv_epilogue epilogue = gemv_epilogue(decltype(e)::value);
-        if constexpr (act16 && ops::has_dot16_loads<Format, 8>) {  // Q6_K's narrower items (one token)
+        // Q6_K's narrower items: one-token plain products, and SwiGLU in expert mode (its only item)
+        constexpr bool narrow_items = act16 && ops::has_dot16_loads<Format, 8>;
+        constexpr bool expert_narrow = narrow_items && epilogue == gemv_epilogue::swiglu;
+        if constexpr (narrow_items) {
+          if constexpr (expert_narrow) {
+            if (a.maybe_expert_ids) return detail::run_gemv<Format, Policy, 1, epilogue, true, true, 8>(a, x16, stream);
+          }
           const int load_bytes = gemv_int_load_bytes(a);
-          if (load_bytes != 16)
+          if (load_bytes != 16 && !a.maybe_expert_ids)
             return dispatch<8, 4>(load_bytes, [&](auto l) -> status {
               return detail::run_gemv<Format, Policy, 1, epilogue, false, true, decltype(l)::value>(a, x16, stream);
             });
         }
-        if (a.maybe_expert_ids) return detail::run_gemv<Format, Policy, 1, epilogue, true, act16>(a, x16, stream);
+        if constexpr (!expert_narrow) {
+          if (a.maybe_expert_ids) return detail::run_gemv<Format, Policy, 1, epilogue, true, act16>(a, x16, stream);
+        }
         // Token counts run in the smallest instance that holds them: 1, 4 or 8 accumulators per row.
         // (No 2-token instance: ptxas put 8 bytes of the Q4_0/Q8_0 2-token swiglu ones on the stack,
         // nvcc 13.0 sm_90; 2 tokens run in the 4-token instance, which exits its token loop early.)
