@@ -620,10 +620,9 @@ status decoder::forward(int64_t n_rows) {
         mark(call::dense_ffn);
       } else if (const expert_store::layer* el = experts_ ? experts_->find(int(il)) : nullptr;
                  el && n > launch::moe_decode_max_tokens) {
-        // the grouped path reads packed experts: the layer's, copied from host memory (staging)
+        // the grouped path reads packed experts: the ones the call selects, copied into the staging area
         launch::moe_weights w = l.moe;
-        Q35_TRY(experts_->stage(*el, expert_staging_.data(), s));
-        experts_->staged_views(*el, expert_staging_.data(), w);
+        w.maybe_index.maybe_staging = expert_staging_.data(), w.maybe_index.staging_bytes = expert_staging_.bytes();
         Q35_TRY(launch::moe_ffn(f, w, s));
         mark(call::moe_ffn);
       } else {

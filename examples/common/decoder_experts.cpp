@@ -30,10 +30,15 @@ status decoder::settle_experts(bool staged, bool rebalance) {
     for (size_t e = 0; e < d.size(); ++e) d[e] = now[j][e] - expert_seen_[j][e];
     expert_cache_stats& c = cache_stats_[j];
     const uint64_t bytes = experts_->expert_bytes(j);
+    const std::vector<int>& slot = experts_->layers()[j].expert_slot;
     if (staged) {
-      for (const uint64_t v : d) c.staged += v;
+      // one staging call (a step's layer call of more than 8 rows) copied each expert it selected once:
+      // from its slot within device memory, else from host memory
+      for (size_t e = 0; e < d.size(); ++e) {
+        c.staged += d[e];
+        if (d[e] && slot[e] < 0) c.host_bytes += bytes;
+      }
     } else {
-      const std::vector<int>& slot = experts_->layers()[j].expert_slot;
       for (size_t e = 0; e < d.size(); ++e) {
         (slot[e] >= 0 ? c.hits : c.misses) += d[e];
         if (slot[e] < 0) c.host_bytes += d[e] * bytes;
@@ -110,7 +115,6 @@ status decoder::expert_cache(std::vector<expert_cache_stats>& out) {
   if (!experts_) return status::success();
   Q35_TRY(settle_experts(false, false));
   out = cache_stats_;
-  for (size_t j = 0; j < out.size(); ++j) out[j].host_bytes += experts_->layers()[j].staged_bytes;
   return status::success();
 }
 

@@ -186,14 +186,6 @@ size_t staged_down_offset(const expert_layer_shape& l, int n_experts) {
 }
 }  // namespace
 
-void expert_store::staged_views(const layer& l, uint8_t* staging, launch::moe_weights& w) const {
-  const uint8_t* dn = staging + staged_down_offset(l, n_experts_);
-  w.gate_exps = {staging, l.gate_type, l.n_embd, l.ff, n_experts_, l.gu_stride};
-  w.up_exps = {staging + l.gate_bytes, l.gate_type, l.n_embd, l.ff, n_experts_, l.gu_stride};
-  w.down_exps = {dn, l.down_type, l.ff, l.n_embd, n_experts_, l.dn_stride};
-  w.maybe_index = {};
-}
-
 uint64_t expert_staging_bytes(const std::vector<expert_layer_shape>& layers, int n_experts) {
   uint64_t b = 0;
   for (const expert_layer_shape& l : layers)
@@ -203,13 +195,6 @@ uint64_t expert_staging_bytes(const std::vector<expert_layer_shape>& layers, int
 
 uint64_t expert_store::staging_bytes() const {
   return expert_staging_bytes(std::vector<expert_layer_shape>(layers_.begin(), layers_.end()), n_experts_);
-}
-
-status expert_store::stage(const layer& l, uint8_t* staging, stream_t stream) const {
-  l.staged_bytes += uint64_t(n_experts_) * uint64_t(l.gu_stride + l.dn_stride);
-  Q35_TRY(copy(staging, l.home_gu, size_t(n_experts_) * size_t(l.gu_stride), copy_kind::host_to_device, stream));
-  return copy(staging + staged_down_offset(l, n_experts_), l.home_dn, size_t(n_experts_) * size_t(l.dn_stride),
-              copy_kind::host_to_device, stream);
 }
 
 status expert_store::copy_to_slot(const layer& l, int e, int s, stream_t stream) const {

@@ -76,7 +76,6 @@ class expert_store {
     owned_event uploaded;                        // the work stream after the last index upload / promote
     owned_event copied;                          // the side stream after the copies in flight
     int32_t n_virtual = 0;
-    mutable uint64_t staged_bytes = 0;  // copied to staging by stage() (a record, not state)
   };
 
   // Copies the routed experts of every MoE layer of `w` (tensor bytes of the mapped file) into
@@ -97,14 +96,11 @@ class expert_store {
   // The MoE layer of file index `il`, or null.
   const layer* find(int il) const;
 
-  // The views the decode kernels read (through the index) and the grouped path's staged views (the
-  // layer's experts copied to `staging`, packed as in home).
+  // The views the kernels read through the index (the grouped path copies the experts a call selects
+  // into a staging area first: launch::moe_staging_bytes, kernels/moe_stage.hpp).
   void indexed_views(const layer& l, launch::moe_weights& w) const;
-  void staged_views(const layer& l, uint8_t* staging, launch::moe_weights& w) const;
-  // Device bytes the grouped path needs to stage one layer (the largest layer).
+  // Device bytes of the grouped path's staging area for the largest layer (launch::moe_staging_bytes).
   uint64_t staging_bytes() const;
-  // Enqueues the copy of layer l's experts from home to `staging` on `stream`.
-  status stage(const layer& l, uint8_t* staging, stream_t stream) const;
 
   expert_store() = default;
   ~expert_store();  // waits for the copies in flight

@@ -99,12 +99,14 @@ TEST_CASE("decoder: host-resident experts give the all-resident logits bit for b
           const gen::expert_cache_stats& c = got.cache[j];
           // an independent count from the histograms: staged = the selections of the chunks of more
           // than 8 tokens; without promotions the slots hold experts 0 .. slots - 1 throughout
-          uint64_t staged = 0, decode = 0, resident = 0;
+          // (and a staged chunk copies each expert it selected once, from host memory unless slotted)
+          uint64_t staged = 0, decode = 0, resident = 0, staged_from_host = 0;
           for (size_t f = 0; f < std::size(feeds); ++f)
             for (int e = 0; e < E; ++e) {
               const uint64_t d = got.counts[f][j][size_t(e)] - (f ? got.counts[f - 1][j][size_t(e)] : 0);
               (feeds[f] > 8 ? staged : decode) += d;
               if (feeds[f] <= 8 && e < slots) resident += d;
+              if (feeds[f] > 8 && e >= slots && d > 0) ++staged_from_host;
             }
           CHECK(staged == 22 * k);
           CHECK(staged + decode == uint64_t(tokens.size()) * k);
@@ -114,6 +116,7 @@ TEST_CASE("decoder: host-resident experts give the all-resident logits bit for b
           if (rebalance == 0) {
             CHECK(c.promotions == 0);
             CHECK(c.hits == resident);
+            CHECK(c.host_bytes == (c.misses + staged_from_host) * m.experts()->expert_bytes(j));
           } else if (slots > 0) {
             CHECK(c.promotions > 0);
           }

@@ -1,12 +1,13 @@
 // moe_ffn with experts reached through per-expert matrix indexes (moe_weights::maybe_index, an expert
 // cache): experts scattered over arenas in shuffled order, gate/up and down with different indexes,
 // give the packed tensors' outputs bit for bit on the decode kernels (with and without adaptive top-k);
-// the grouped path refuses an index (it needs staged, packed experts).
+// on the grouped path, staged into packed experts (only the selected ones) first.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "moe/moe_case.hpp"
@@ -71,6 +72,13 @@ test::moe_run run(const test::moe_case& c, const launch::moe_weights& w, const o
   return {test::to_host(h), test::to_host(flag)[0]};
 }
 
+// n bytes of device memory at p, on the host.
+std::vector<uint8_t> bytes_of(const void* p, size_t n) {
+  std::vector<uint8_t> out(n);
+  Q35_REQUIRE_OK(copy(out.data(), p, n, copy_kind::device_to_host));
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("moe_ffn through an expert index: scattered experts give the packed outputs bit for bit" *
@@ -99,7 +107,60 @@ TEST_CASE("moe_ffn through an expert index: scattered experts give the packed ou
   }
 }
 
-TEST_CASE("moe_ffn through an expert index: the grouped path and a bad index are refused" * test::needs_device()) {
+// The grouped path (more than 8 tokens) copies the experts the call selected, and only those, into
+// the staging area, then runs the packed GEMMs on it: outputs bit-identical to the packed tensors';
+// every selected expert's staged bytes equal its matrices, every other expert's region keeps its poison.
+TEST_CASE("moe_ffn through an expert index: the grouped path stages only the selected experts" * test::needs_device()) {
+  for (const uint32_t type : {uint32_t(quant::type_id::q4_k), uint32_t(quant::type_id::q8_0)}) {
+    CAPTURE(type);
+    test::moe_case_spec s;
+    // 12 tokens x top-2 of 32 experts: at most 24 of 32 selected, so some regions must stay poisoned
+    s.n_experts = 32, s.k = 2, s.n_tokens = 12, s.seed = 5300 + type;
+    s.type = type, s.down_type = uint32_t(quant::type_id::q6_k);
+    const test::moe_case c = test::make_moe_case(s);
+    scattered sc = scatter(c, 11 + type);
+    const size_t need = launch::moe_staging_bytes(sc.w);
+    device_buffer<uint8_t> staging = test::poisoned<uint8_t>(need);
+    sc.w.maybe_index.maybe_staging = staging.data(), sc.w.maybe_index.staging_bytes = need;
+    const test::moe_run want = run(c, c.weights), got = run(c, sc.w);
+    CHECK(got.error_flag == 0);
+    CHECK(got.h == want.h);
+    test::check_moe(c, got);
+    // which experts the call selected: the float64 reference's routing (unambiguous: check_moe above)
+    std::vector<bool> selected(size_t(s.n_experts), false);
+    for (const int id : ref::moe_ffn(c.ref_w, c.x.data(), c.h0.data(), s.n_tokens, test::depths_of(s)).ids)
+      selected[size_t(id)] = true;
+    const launch::moe_weights& w = c.weights;
+    const int64_t gate_bytes = w.gate_exps.rows * w.gate_exps.row_bytes();
+    const int64_t gu_stride = 2 * gate_bytes, dn_stride = w.down_exps.rows * w.down_exps.row_bytes();
+    const size_t dn_at = (size_t(s.n_experts) * size_t(gu_stride) + 255) / 256 * 256;
+    const std::vector<uint8_t> st = test::to_host(staging);
+    const std::vector<uint8_t> g = bytes_of(w.gate_exps.data, size_t(s.n_experts) * size_t(gate_bytes));
+    const std::vector<uint8_t> u = bytes_of(w.up_exps.data, size_t(s.n_experts) * size_t(gate_bytes));
+    const std::vector<uint8_t> d = bytes_of(w.down_exps.data, size_t(s.n_experts) * size_t(dn_stride));
+    const std::vector<uint8_t> poison = test::to_host(test::poisoned<uint8_t>(size_t(std::max(gu_stride, dn_stride))));
+    int n_selected = 0, bad = 0;
+    for (int e = 0; e < s.n_experts; ++e) {
+      const uint8_t* sg = st.data() + size_t(e) * size_t(gu_stride);
+      const uint8_t* sd = st.data() + dn_at + size_t(e) * size_t(dn_stride);
+      if (selected[size_t(e)]) {
+        ++n_selected;
+        bad += !std::equal(sg, sg + gate_bytes, g.begin() + e * gate_bytes);
+        bad += !std::equal(sg + gate_bytes, sg + gu_stride, u.begin() + e * gate_bytes);
+        bad += !std::equal(sd, sd + dn_stride, d.begin() + e * dn_stride);
+      } else {
+        bad += !std::equal(sg, sg + gu_stride, poison.begin());
+        bad += !std::equal(sd, sd + dn_stride, poison.begin());
+      }
+    }
+    CHECK(bad == 0);
+    CHECK(n_selected > 0);
+    CHECK(n_selected < s.n_experts);
+  }
+}
+
+TEST_CASE("moe_ffn through an expert index: a missing staging area and a bad index are refused" *
+          test::needs_device()) {
   test::moe_case_spec s;
   s.n_experts = 8, s.k = 2, s.n_tokens = 9, s.seed = 5200;
   const test::moe_case c = test::make_moe_case(s);
@@ -110,7 +171,16 @@ TEST_CASE("moe_ffn through an expert index: the grouped path and a bad index are
   a.shape = test::shape_of(s), a.x = x.data(), a.h = h.data(), a.n_tokens = 9, a.error_flag = flag.data();
   device_buffer<uint8_t> ws = test::poisoned<uint8_t>(launch::moe_workspace_bytes(a.shape, 9));
   a.workspace = ws.data(), a.workspace_bytes = ws.bytes();
-  CHECK(launch::moe_ffn(a, sc.w).message().find("stage the experts") != std::string::npos);
+  const std::string need = std::to_string(launch::moe_staging_bytes(sc.w)) + " needed";
+  CHECK(launch::moe_ffn(a, sc.w).message().find("0 bytes (256-byte aligned) given, " + need) != std::string::npos);
+  device_buffer<uint8_t> staging;
+  Q35_REQUIRE_OK(staging.allocate(launch::moe_staging_bytes(sc.w)));
+  sc.w.maybe_index.maybe_staging = staging.data(), sc.w.maybe_index.staging_bytes = staging.bytes() - 1;
+  CHECK(launch::moe_ffn(a, sc.w).message().find(need) != std::string::npos);
+  sc.w.maybe_index.staging_bytes = staging.bytes();
+  launch::moe_weights split = sc.w;  // up matrices outside the gate's stride: not one merged expert
+  split.up_exps.data = static_cast<const uint8_t*>(sc.w.gate_exps.data) + sc.w.gate_exps.stride_bytes();
+  CHECK(launch::moe_ffn(a, split).message().find("which must hold both matrices") != std::string::npos);
   a.n_tokens = 2;
   sc.w.maybe_index.n_virtual = 0;
   CHECK(launch::moe_ffn(a, sc.w).message().find("n_virtual = 0") != std::string::npos);

@@ -22,11 +22,16 @@ struct dense_ffn_weights {
 // Experts reached through per-expert matrix indexes (an expert cache: some experts in device slots,
 // the rest in mapped host memory): expert e's gate/up matrices are matrix gate_up[e] of the
 // gate_exps/up_exps views (data + gate_up[e] * stride), its down matrix down[e] of down_exps. The
-// decode kernels read through it; the grouped (prefill) path needs packed experts (stage them).
+// decode kernels read through it. The grouped (prefill) path's GEMMs read packed experts: it first
+// copies the experts the call selected (only those: kernels/moe_stage.hpp) into `maybe_staging`
+// (launch::moe_staging_bytes; the up matrix must lie within the gate's stride, as in a merged
+// ffn_gate_up_exps tensor), which a call of more than moe_decode_max_tokens tokens needs.
 struct moe_expert_index {
   const int32_t* gate_up = nullptr;  // [n_experts], device
   const int32_t* down = nullptr;     // [n_experts], device
   int32_t n_virtual = 0;             // every index lies in [0, n_virtual)
+  void* maybe_staging = nullptr;     // device scratch for the grouped path (256-byte aligned), or null
+  size_t staging_bytes = 0;
   bool empty() const { return gate_up == nullptr; }
 };
 

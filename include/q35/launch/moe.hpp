@@ -19,6 +19,7 @@
 #include <string>
 
 #include "q35/arch/memory.hpp"
+#include "q35/core/dispatch.hpp"
 #include "q35/core/status.hpp"
 #include "q35/kernels/gemm_i8.hpp"
 #include "q35/kernels/gemm_mma_float.hpp"
@@ -27,6 +28,7 @@
 #include "q35/kernels/moe_combine.hpp"
 #include "q35/kernels/moe_group.hpp"
 #include "q35/kernels/moe_index.hpp"
+#include "q35/kernels/moe_stage.hpp"
 #include "q35/launch/ffn.hpp"
 #include "q35/launch/launch.hpp"
 #include "q35/launch/matmul.hpp"
@@ -203,6 +205,14 @@ inline size_t moe_workspace_bytes(const ffn_shape& s, int64_t max_tokens) {
   return std::max(grouped, decode);
 }
 
+// Device bytes of moe_expert_index::maybe_staging for the grouped path of these (indexed) experts:
+// n_experts gate strides (gate+up), 256-byte aligned, then n_experts down strides.
+template <int = 0>
+inline size_t moe_staging_bytes(const moe_weights& w) {
+  const size_t n = size_t(w.gate_exps.n_mats);
+  return detail::align_256(n * size_t(w.gate_exps.stride_bytes())) + n * size_t(w.down_exps.stride_bytes());
+}
+
 // Checks shapes, views and workspace; the message names the bad value.
 template <int = 0>
 inline status validate_moe(const ffn_layer_args& a, const moe_weights& w) {
@@ -246,10 +256,23 @@ inline status validate_moe(const ffn_layer_args& a, const moe_weights& w) {
   if (!w.maybe_index.empty()) {
     if (!w.maybe_index.down || w.maybe_index.n_virtual < 1)
       return detail::bad_ffn(fn, "maybe_index: down is null or n_virtual = " + str(w.maybe_index.n_virtual) + " < 1");
-    if (a.n_tokens > moe_decode_max_tokens)
-      return detail::bad_ffn(fn, str(a.n_tokens) +
-                                     " tokens take the grouped path, which reads packed experts: "
-                                     "stage the experts of an indexed layer (maybe_index) first");
+    if (a.n_tokens > moe_decode_max_tokens) {
+      const size_t need = moe_staging_bytes(w);
+      if (!w.maybe_index.maybe_staging || w.maybe_index.staging_bytes < need ||
+          reinterpret_cast<uintptr_t>(w.maybe_index.maybe_staging) % 256 != 0)
+        return detail::bad_ffn(fn, str(a.n_tokens) +
+                                       " tokens take the grouped path, which copies the selected experts of an "
+                                       "indexed layer into maybe_index.maybe_staging: " +
+                                       str(int64_t(w.maybe_index.staging_bytes)) + " bytes (256-byte aligned) given, " +
+                                       str(int64_t(need)) + " needed");
+      const int64_t up_offset =
+          static_cast<const uint8_t*>(w.up_exps.data) - static_cast<const uint8_t*>(w.gate_exps.data);
+      const int64_t gate_bytes = w.gate_exps.rows * w.gate_exps.row_bytes();
+      if (up_offset < gate_bytes || up_offset + gate_bytes > w.gate_exps.stride_bytes())
+        return detail::bad_ffn(fn, "maybe_index: up_exps starts " + str(up_offset) +
+                                       " bytes after gate_exps; the grouped path copies an expert's gate stride (" +
+                                       str(w.gate_exps.stride_bytes()) + " bytes), which must hold both matrices");
+    }
   }
   if (a.n_tokens < 0) return detail::bad_ffn(fn, "n_tokens = " + str(a.n_tokens) + " is negative");
   if (a.n_tokens == 0) return status::success();
@@ -310,6 +333,38 @@ status moe_grouped_projection(const char* name, const quant::weight_view& w, con
   });
 }
 
+// The experts of an indexed layer that the grouped call selected (offsets: moe_group's), copied from
+// where its index places them into w.maybe_index.maybe_staging; `packed`: w with views of the
+// staging (no index), which the grouped GEMMs read. Experts without pairs are not copied.
+template <int = 0>
+inline status moe_stage_selected(const moe_weights& w, const int32_t* offsets, int n_experts, int* error_flag,
+                                 moe_weights& packed, stream_t stream) {
+  const moe_expert_index& ix = w.maybe_index;
+  auto* dst_gu = static_cast<uint8_t*>(ix.maybe_staging);
+  uint8_t* dst_dn = dst_gu + align_256(size_t(n_experts) * size_t(w.gate_exps.stride_bytes()));
+  const auto* src_gu = static_cast<const uint8_t*>(w.gate_exps.data);
+  const auto* src_dn = static_cast<const uint8_t*>(w.down_exps.data);
+  const int64_t gu_stride = w.gate_exps.stride_bytes(), dn_stride = w.down_exps.stride_bytes();
+  const int64_t up_offset = static_cast<const uint8_t*>(w.up_exps.data) - src_gu;
+  const uintptr_t bits = reinterpret_cast<uintptr_t>(src_gu) | reinterpret_cast<uintptr_t>(src_dn) |
+                         reinterpret_cast<uintptr_t>(dst_dn) | uintptr_t(gu_stride) | uintptr_t(dn_stride);
+  const int unit = bits % 16 == 0 ? 16 : bits % 4 == 0 ? 4 : 1;
+  const status st = dispatch<16, 4, 1>(unit, [&](auto u) -> status {
+    using kernel = kernels::moe_stage_kernel<decltype(u)::value>;
+    return launch<kernel>(typename kernel::params{offsets, ix.gate_up, ix.down, src_gu, src_dn, dst_gu, dst_dn,
+                                                  gu_stride, dn_stride, n_experts, ix.n_virtual, error_flag},
+                          stream);
+  });
+  if (!st.ok()) return st;
+  packed = w;
+  packed.gate_exps.data = dst_gu, packed.gate_exps.n_mats = n_experts, packed.gate_exps.mat_stride_bytes = gu_stride;
+  packed.up_exps.data = dst_gu + up_offset, packed.up_exps.n_mats = n_experts;
+  packed.up_exps.mat_stride_bytes = gu_stride;
+  packed.down_exps.data = dst_dn, packed.down_exps.n_mats = n_experts, packed.down_exps.mat_stride_bytes = dn_stride;
+  packed.maybe_index = {};
+  return status::success();
+}
+
 // The prefill path after routing: group the pairs by expert, run each expert over its pairs as a
 // grouped GEMM (gate+up SwiGLU, then down), the shared expert as dense GEMMs, and combine.
 template <int = 0>
@@ -333,6 +388,9 @@ inline status moe_grouped(const ffn_layer_args& a, const moe_weights& w, const m
   g.n_pairs = n_pairs, g.n_experts = s.n_experts, g.error_flag = a.error_flag;
   g.temp = ws + l.group_temp, g.temp_bytes = l.y - l.group_temp;
   Q35_TRY(moe_group(g, stream));
+  // indexed experts: the selected ones copied into packed staging, which the GEMMs read (moe_stage.hpp)
+  moe_weights packed = w;
+  if (!w.maybe_index.empty()) Q35_TRY(moe_stage_selected(w, offsets, s.n_experts, a.error_flag, packed, stream));
 
   // x split once for the integer-format GEMMs that read it (the routed gate/up, the shared gate/up)
   quant::act8x2_view x8;
@@ -356,15 +414,15 @@ inline status moe_grouped(const ffn_layer_args& a, const moe_weights& w, const m
   groups.k = s.n_experts_used, groups.n_experts = s.n_experts;
   groups.max_tiles = int32_t(ceil_div<int64_t>(n_pairs, kernels::moe_group_tile) + s.n_experts);
   // act[i] = silu(W_gate[e] x[pair_i / k]) * (W_up[e] x[pair_i / k]) in sorted order
-  groups.expert_stride_bytes = w.gate_exps.stride_bytes();
-  Q35_TRY(moe_grouped_projection<kernels::gemm_rows::moe_gate_up>("gate_exps", w.gate_exps, w.up_exps, a.x, x8, act,
-                                                                  a.n_tokens, groups, stream));
+  groups.expert_stride_bytes = packed.gate_exps.stride_bytes();
+  Q35_TRY(moe_grouped_projection<kernels::gemm_rows::moe_gate_up>("gate_exps", packed.gate_exps, packed.up_exps, a.x,
+                                                                  x8, act, a.n_tokens, groups, stream));
   // y[pair_i] = W_down[e] act[i]
   quant::act8x2_view act8;
   if (moe_grouped_gemm_i8_path(w.down_exps))
     Q35_TRY(quantize_act8x2(act, n_pairs, s.expert_ff_dim, ws + l.act8, l.mm - l.act8, act8, stream));
-  groups.expert_stride_bytes = w.down_exps.stride_bytes();
-  Q35_TRY(moe_grouped_projection<kernels::gemm_rows::moe_down>("down_exps", w.down_exps, {}, act, act8, y, n_pairs,
+  groups.expert_stride_bytes = packed.down_exps.stride_bytes();
+  Q35_TRY(moe_grouped_projection<kernels::gemm_rows::moe_down>("down_exps", packed.down_exps, {}, act, act8, y, n_pairs,
                                                                groups, stream));
   // h += sum_j w_j y_j + gate * sh_y
   kernels::moe_combine_kernel::params c{y,
