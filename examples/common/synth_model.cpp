@@ -6,8 +6,10 @@
 #include "memory_plan.hpp"
 #include "q35/core/numeric.hpp"
 #include "q35/launch/launch.hpp"
+#include "q35/models/qwen35.hpp"
 #include "q35/models/qwen35_moe.hpp"
 #include "q35/models/schedule.hpp"
+#include "q35/models/tiny.hpp"
 
 namespace q35::gen {
 
@@ -224,6 +226,37 @@ status synth_model::build(const io::model_hparams& h, bool tied, uint64_t seed, 
   Q35_TRY(synchronize(s));
   Q35_TRY(store->settle());
   return model_.bind(h, w, data_.data(), total, std::move(store));
+}
+
+namespace {
+template <class M>
+synth_entry entry_of(const char* key) {
+  return {key, std::string(M::name), io::hparams_of<M>(), M::tied_embeddings};
+}
+}  // namespace
+
+std::vector<synth_entry> synth_models() {
+  return {entry_of<models::qwen35_9b>("9B"),
+          entry_of<models::qwen35_35b_a3b>("35B-A3B"),
+          entry_of<models::qwen35_27b>("27B"),
+          // our reading of the published configs: see qwen35_122b_a10b_shape, qwen35_397b_a17b_shape
+          {"122B-A10B", "Qwen3.5-122B-A10B (shape)", moe_hparams(qwen35_122b_a10b_shape), false},
+          {"397B-A17B", "Qwen3.5-397B-A17B (shape)", moe_hparams(qwen35_397b_a17b_shape), false},
+          entry_of<models::qwen35_9b_moe>("9B-MoE"),
+          entry_of<models::tiny_dense>("tiny-dense"),
+          entry_of<models::tiny_moe>("tiny-moe")};
+}
+
+const synth_entry* find_synth_model(const std::vector<synth_entry>& all, const std::string& key) {
+  for (const synth_entry& e : all)
+    if (e.key == key || e.name == key) return &e;
+  return nullptr;
+}
+
+std::string synth_model_keys() {
+  std::string out;
+  for (const synth_entry& e : synth_models()) out += (out.empty() ? "" : ", ") + e.key;
+  return out;
 }
 
 }  // namespace q35::gen

@@ -125,6 +125,19 @@ inline constexpr moe_shape qwen35_122b_a10b_shape{48, 3072, 32, 64, 256, 8, 1024
 // training config); GDN 16 k / 64 v heads of 128 assumed.
 inline constexpr moe_shape qwen35_397b_a17b_shape{60, 4096, 32, 64, 512, 10, 1024};
 
+// The synthetic models by key (qwen35_generate --bench-model, qwen35_server --bench-model): the
+// checkpoints with traits (9B, 35B-A3B, 27B, 9B-MoE, the tiny ones) and the shapes above.
+struct synth_entry {
+  std::string key, name;
+  io::model_hparams h;
+  bool tied = false;  // token_embd doubles as the LM head
+};
+std::vector<synth_entry> synth_models();
+// The entry whose key or name is `key`, or null.
+const synth_entry* find_synth_model(const std::vector<synth_entry>& all, const std::string& key);
+// "9B, 27B, ...": the keys, for messages.
+std::string synth_model_keys();
+
 // Whether synthetic tensor `name` holds routed experts (kept in host memory with expert slots).
 bool is_synth_routed_expert(const std::string& name);
 // Device bytes synth_model::build allocates for the weights of `layout`, all of them or (host_experts)

@@ -25,9 +25,7 @@
 #include "memory_plan.hpp"
 #include "model_loader.hpp"
 #include "q35/launch/launch.hpp"
-#include "q35/models/qwen35.hpp"
 #include "q35/models/qwen35_moe.hpp"
-#include "q35/models/tiny.hpp"
 #include "synth_model.hpp"
 
 namespace q35::cli {
@@ -403,35 +401,6 @@ void run_model(model_result& r, const gen::device_model& m,
   (void)out;
 }
 
-// ---- the synthetic models ----
-struct synthetic_entry {
-  std::string key, name;
-  io::model_hparams h;
-  bool tied = false;
-};
-
-template <class M>
-synthetic_entry entry(const char* key) {
-  return {key, std::string(M::name), io::hparams_of<M>(), M::tied_embeddings};
-}
-
-synthetic_entry moe_entry(const char* key, const char* name, const gen::moe_shape& shape) {
-  return {key, name, gen::moe_hparams(shape), false};
-}
-
-std::vector<synthetic_entry> synthetic_models() {
-  return {entry<models::qwen35_9b>("9B"), entry<models::qwen35_35b_a3b>("35B-A3B"), entry<models::qwen35_27b>("27B"),
-          // 48 layers (llama.cpp's size detection), hidden 3072, 32 q / 2 kv heads of 256, GDN 16 k / 64 v
-          // heads of 128, 256 experts of 1024, top-8, shared expert 1024: our reading of the published
-          // config (~122 B parameters, ~10 B active); see docs/moe.md
-          moe_entry("122B-A10B", "Qwen3.5-122B-A10B (shape)", gen::qwen35_122b_a10b_shape),
-          // 60 layers, hidden 4096, 32 q / 2 kv heads of 256, 512 experts of 1024, top-10, shared 1024
-          // (a published training config); GDN 16 k / 64 v heads of 128 assumed
-          moe_entry("397B-A17B", "Qwen3.5-397B-A17B (shape)", gen::qwen35_397b_a17b_shape),
-          entry<models::qwen35_9b_moe>("9B-MoE"), entry<models::tiny_dense>("tiny-dense"),
-          entry<models::tiny_moe>("tiny-moe")};
-}
-
 // Host memory available for pinned expert copies (Linux: MemAvailable), or UINT64_MAX when unknown.
 uint64_t available_host_bytes() {
   std::ifstream f("/proc/meminfo");
@@ -543,16 +512,13 @@ int run_bench(const options& opt, std::ostream& out) {
     if (keys.empty())
       keys = on_gpu ? std::vector<std::string>{"9B", "35B-A3B", "27B", "122B-A10B"}
                     : std::vector<std::string>{"tiny-dense", "tiny-moe"};
-    const std::vector<synthetic_entry> known = synthetic_models();
+    const std::vector<gen::synth_entry> known = gen::synth_models();
     for (const std::string& key : keys) {
-      const auto it = std::find_if(known.begin(), known.end(),
-                                   [&](const synthetic_entry& e) { return e.key == key || e.name == key; });
-      if (it == known.end()) {
+      const gen::synth_entry* it = gen::find_synth_model(known, key);
+      if (!it) {
         model_result r;
         r.name = key;
-        r.skipped =
-            "no such synthetic model; known: 9B, 27B, 35B-A3B, 122B-A10B, 397B-A17B, 9B-MoE, tiny-dense, "
-            "tiny-moe";
+        r.skipped = "no such synthetic model; known: " + gen::synth_model_keys();
         finish_model(r);
         continue;
       }

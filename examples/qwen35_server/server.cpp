@@ -43,6 +43,7 @@
 #include "q35/io/stream_decoder.hpp"
 #include "q35/io/tokenizer.hpp"
 #include "scheduler.hpp"
+#include "synth_model.hpp"
 
 namespace {
 
@@ -65,6 +66,7 @@ struct options {
   std::optional<uint64_t> vram;         // device memory budget (bytes)
   std::optional<int64_t> expert_cache;  // device slots per MoE layer
   bool lru_experts = false;             // --expert-policy lru
+  std::string bench_model;              // a synthetic model's key (gen::synth_models), or empty
 };
 
 const char* usage_text =
@@ -88,7 +90,12 @@ const char* usage_text =
     "                         fit keep them in pinned host memory behind as many device slots per layer as\n"
     "                         fit (default: the device's free memory less max(512 MiB, 4%); the sim: no limit)\n"
     "  --expert-cache N       MoE models: N device slots per MoE layer, the other experts in host memory\n"
-    "  --expert-policy NAME   which experts the slots hold: frequency (default) or lru\n";
+    "  --expert-policy NAME   which experts the slots hold: frequency (default) or lru\n"
+    "  --bench-model NAME     load benchmarks without a download: serve a synthetic full-size model (random\n"
+    "                         Q4_K_M weights built on the device: 9B, 27B, 35B-A3B, 122B-A10B, 397B-A17B,\n"
+    "                         9B-MoE, tiny-dense, tiny-moe) with the tokenizer and chat template of -m FILE.\n"
+    "                         Its text is meaningless: an id past that vocabulary shows as the token id\n"
+    "                         modulo its size, and requests run to max_tokens (no end-of-generation ids)\n";
 
 [[noreturn]] void bad_usage(const std::string& m) { throw std::invalid_argument(m); }
 
@@ -152,6 +159,10 @@ options parse_args(int argc, char** argv) {
       const std::string v = value();
       if (v != "frequency" && v != "lru") bad_usage(a + ": '" + v + "' is not frequency or lru");
       o.lru_experts = v == "lru";
+    } else if (a == "--bench-model") {
+      o.bench_model = value();
+      if (!gen::find_synth_model(gen::synth_models(), o.bench_model))
+        bad_usage(a + ": '" + o.bench_model + "' is not a synthetic model (" + gen::synth_model_keys() + ")");
     } else if (a == "--no-batch-invariant") {
       o.batch_invariant = false;
     } else {
@@ -176,13 +187,15 @@ struct channel {
   std::optional<srv::finish_info> done;
 };
 
-// The text of a generation as its ids arrive: UTF-8 characters whole (io::stream_decoder).
+// The text of a generation as its ids arrive: UTF-8 characters whole (io::stream_decoder). fold > 0
+// (a synthetic model whose vocabulary is larger than the tokenizer's): ids are shown modulo fold.
 struct text_stream {
-  explicit text_stream(const io::tokenizer& tok) : dec(tok, /*render_special=*/false) {}
+  text_stream(const io::tokenizer& tok, int32_t fold_ids) : dec(tok, /*render_special=*/false), fold(fold_ids) {}
   io::stream_decoder dec;
+  int32_t fold;
   std::string take(const std::vector<int32_t>& ids) {
     std::string s;
-    for (int32_t id : ids) s += dec.push(id);
+    for (int32_t id : ids) s += dec.push(fold > 0 ? id % fold : id);
     return s;
   }
 };
@@ -195,8 +208,14 @@ struct http_counters {
 class server {
  public:
   server(const options& opt, const io::tokenizer& tok, srv::scheduler& sched, std::string model_id, int64_t n_ctx,
-         int64_t pages_total)
-      : opt_(opt), tok_(tok), sched_(sched), model_id_(std::move(model_id)), n_ctx_(n_ctx), pages_total_(pages_total) {
+         int64_t pages_total, int32_t fold_ids)
+      : opt_(opt),
+        tok_(tok),
+        sched_(sched),
+        model_id_(std::move(model_id)),
+        n_ctx_(n_ctx),
+        pages_total_(pages_total),
+        fold_ids_(fold_ids) {
     limits_.max_tokens = n_ctx;
     created_ = int64_t(
         std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count());
@@ -341,7 +360,7 @@ class server {
 
   // The whole text of a non-streamed request; ends it early when a stop string has come.
   std::string collect(started& s, const std::vector<std::string>& stop, srv::finish_info& fin, bool& stopped) {
-    text_stream ts(tok_);
+    text_stream ts(tok_, fold_ids_);
     std::string text;
     std::optional<srv::finish_info> done;
     while (!done) {
@@ -422,7 +441,7 @@ class server {
       bool finished = false;
     };
     auto ss = std::make_shared<stream_state>(
-        stream_state{std::move(st), text_stream(tok_), srv::stream_splitter(out_opt), std::move(frames)});
+        stream_state{std::move(st), text_stream(tok_, fold_ids_), srv::stream_splitter(out_opt), std::move(frames)});
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
@@ -523,6 +542,7 @@ class server {
   std::string model_id_;
   int64_t n_ctx_;
   int64_t pages_total_;
+  int32_t fold_ids_;  // text_stream's fold (synthetic models), else 0
   int64_t created_ = 0;
   srv::api_limits limits_;
   http_counters counters_;
@@ -559,13 +579,17 @@ int run(const options& opt) {
   const io::bound_model bound = cli::bind_any_model(file, matched);
   const io::tokenizer tok = io::tokenizer::from_gguf(file);
   check(gen::check_supported(bound.hparams), file.path());
-  const int64_t model_ctx = bound.hparams.context_length;
+  // --bench-model: a synthetic model of that shape, with -m's tokenizer and template
+  const std::vector<gen::synth_entry> synth_all = gen::synth_models();
+  const gen::synth_entry* synth = opt.bench_model.empty() ? nullptr : gen::find_synth_model(synth_all, opt.bench_model);
+  const io::model_hparams& h = synth ? synth->h : bound.hparams;
+  const int64_t model_ctx = h.context_length;
   const int64_t n_ctx = opt.n_ctx ? *opt.n_ctx : std::min<int64_t>(4096, model_ctx);
   if (n_ctx > model_ctx)
     throw std::invalid_argument("-c " + std::to_string(n_ctx) + " exceeds the model's context length " +
                                 std::to_string(model_ctx) + " (" + bound.hparams.arch + ".context_length)");
-  if (opt.expert_cache && bound.hparams.count(models::ffn_type::moe) == 0)
-    throw std::invalid_argument("--expert-cache: " + opt.model_path + " has no MoE layers");
+  if (opt.expert_cache && h.count(models::ffn_type::moe) == 0)
+    throw std::invalid_argument("--expert-cache: " + (synth ? synth->key : opt.model_path) + " has no MoE layers");
   gen::decoder_config cfg;
   cfg.n_ctx = n_ctx, cfg.n_seq_max = opt.n_parallel, cfg.kv_type = to_kv_type(opt.cache_type_k);
   cfg.n_batch = std::min(opt.n_batch, n_ctx), cfg.batch_invariant = opt.batch_invariant;
@@ -573,26 +597,35 @@ int run(const options& opt) {
   if (opt.lru_experts) cfg.expert_cache_policy = gen::expert_policy::lru;
   // the memory plan (gen::plan_memory): every routed expert on the device if all fit, else slots
   gen::memory_plan plan;
-  check(gen::plan_memory(file, bound.hparams, bound.weights, cfg, opt.vram ? *opt.vram : gen::default_memory_budget(),
-                         opt.expert_cache, plan),
+  const uint64_t budget = opt.vram ? *opt.vram : gen::default_memory_budget();
+  check(synth ? gen::plan_synth_memory(h, synth->tied, cfg, budget, opt.expert_cache, plan)
+              : gen::plan_memory(file, bound.hparams, bound.weights, cfg, budget, opt.expert_cache, plan),
         opt.vram ? "--vram " + gen::format_bytes(*opt.vram) : std::string("the device's free memory"));
   if (opt.vram || plan.host_experts()) std::cerr << "qwen35_server: memory plan: " << plan.describe() << std::endl;
   gen::device_model model;
-  check(model.load(file, bound, {}, plan.slots), "loading " + opt.model_path);
+  gen::synth_model synth_model;
+  if (synth) {
+    check(synth_model.build(h, synth->tied, 0x9e3779b97f4a7c15ull, nullptr, plan.slots), "building " + synth->name);
+    matched = synth->name + " (synthetic: random Q4_K_M weights; tokenizer and template of " + matched + ")";
+  } else {
+    check(model.load(file, bound, {}, plan.slots), "loading " + opt.model_path);
+  }
   gen::decoder dec;
-  check(dec.init(model, cfg), "setting up the decoder");
+  check(dec.init(synth ? synth_model.model() : model, cfg), "setting up the decoder");
 
   srv::scheduler sched;
   srv::scheduler_config sc;
   sc.max_queue = opt.max_queue, sc.n_batch = cfg.n_batch, sc.prompt_budget = cfg.n_batch;
-  sc.n_vocab = int32_t(bound.hparams.n_vocab), sc.stop_ids = tok.eog_ids();
+  sc.n_vocab = int32_t(h.n_vocab);
+  if (!synth) sc.stop_ids = tok.eog_ids();  // synthetic weights: every request runs to max_tokens
   if (const std::optional<int32_t> im_start = tok.find("<|im_start|>")) sc.prefix_boundary_ids = {*im_start};
   check(sched.init(dec, sc), "setting up the scheduler");
   check(sched.run(), "starting the scheduler");
 
   httplib::Server http;
   http.new_task_queue = [] { return new httplib::ThreadPool(64); };  // streams hold a thread each
-  server s(opt, tok, sched, base_name(opt.model_path), n_ctx, dec.pages_total());
+  const int32_t fold = synth && h.n_vocab > uint32_t(tok.n_vocab()) ? tok.n_vocab() : 0;
+  server s(opt, tok, sched, synth ? synth->key : base_name(opt.model_path), n_ctx, dec.pages_total(), fold);
   s.routes(http);
   const int port =
       opt.port == 0 ? http.bind_to_any_port(opt.host) : (http.bind_to_port(opt.host, opt.port) ? opt.port : -1);

@@ -4,7 +4,9 @@
 host memory) answers 4 concurrent greedy completions, prompts longer than 8 tokens among them (the staged
 grouped path) and one-token decode steps of several sequences at once, with the same text as the server
 with every expert on the device, and /metrics counts the expert cache's selections (tokens fed x k x layers);
-a budget below that floor, or a bad --vram, stops it with one line.
+a budget below that floor, or a bad --vram, stops it with one line. --bench-model tiny-moe serves a
+synthetic model of that shape with the file's tokenizer (the load benchmark's model on a GPU): its requests
+run to max_tokens; an unknown name is one line naming the known ones.
 
 usage: test_server_experts.py SERVER_BINARY MOE_MODEL.gguf
 """
@@ -41,14 +43,18 @@ def serve(extra):
     return None, None, lines
 
 
-def complete(port, prompt):
+def completion(port, prompt):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
     conn.request("POST", "/v1/completions", body=json.dumps({"prompt": prompt, "max_tokens": 10, "temperature": 0}),
                  headers={"Content-Type": "application/json"})
     r = conn.getresponse()
     body = json.loads(r.read())
     conn.close()
-    return body["choices"][0]["text"]
+    return body
+
+
+def complete(port, prompt):
+    return completion(port, prompt)["choices"][0]["text"]
 
 
 def metrics(port):
@@ -124,6 +130,25 @@ else:
 r = subprocess.run([binary] + BASE + ["--vram", "lots"], capture_output=True, text=True, timeout=60)
 if r.returncode == 0 or "--vram: 'lots' is not a size" not in r.stderr:
     fail(f"--vram lots: rc={r.returncode} {r.stderr!r}")
+
+# a synthetic model of the fixture's shape, with its tokenizer: no end-of-generation ids, so max_tokens
+proc, port, lines = serve(["--bench-model", "tiny-moe"])
+if not proc:
+    fail(f"--bench-model tiny-moe: the server did not start: {''.join(lines)!r}")
+else:
+    try:
+        if not any("synthetic" in l for l in lines):
+            fail(f"--bench-model tiny-moe: the start line does not say the model is synthetic: {lines!r}")
+        body = completion(port, PROMPTS[0])
+        got = (body.get("model"), body["usage"]["completion_tokens"], body["choices"][0]["finish_reason"])
+        if got != ("tiny-moe", 10, "length"):
+            fail(f"--bench-model tiny-moe: (model, completion_tokens, finish_reason) = {got}, want ('tiny-moe', 10, 'length')")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+r = subprocess.run([binary] + BASE + ["--bench-model", "70B"], capture_output=True, text=True, timeout=60)
+if r.returncode == 0 or "--bench-model: '70B' is not a synthetic model (9B, 35B-A3B" not in r.stderr:
+    fail(f"--bench-model 70B: rc={r.returncode} {r.stderr!r}")
 
 print("server experts: " + ("all checks passed" if not failures else f"{len(failures)} check(s) failed"))
 sys.exit(1 if failures else 0)
