@@ -12,6 +12,9 @@ gaps between streamed chunks after the first).
   P  prefix reuse (not in the default set): a ~2048-token system prompt new to the server, asked once
      (cold), then --requests-p (default 8) other questions after the same system prompt one at a time
      (warm); reports both TTFTs and warm/cold (issue 21's goal: <= 10 %)
+  D  decode scaling (not in the default set): short questions one at a time (--requests-d, default 4),
+     then --concurrency-d (default 32) at once; reports the aggregate output tokens/s of the second over
+     the first (issue 21's goal at 32 sequences: >= 10x)
 
 Document lengths are aimed at with filler text and reported as the server counted them (usage).
 --scale shrinks every length and count (e.g. 0.02 for a smoke run on the sim's tiny models).
@@ -112,6 +115,8 @@ async def main():
     ap.add_argument("--requests-b", type=int, default=32)
     ap.add_argument("--requests-c", type=int, default=16)
     ap.add_argument("--requests-p", type=int, default=8)
+    ap.add_argument("--requests-d", type=int, default=4)
+    ap.add_argument("--concurrency-d", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies lengths and counts (smoke runs)")
     ap.add_argument("--json", default=None, help="write the reports here")
@@ -144,14 +149,21 @@ async def main():
 
     reports = []
     for key in a.scenarios:
-        if key not in plans and key != "P":
-            sys.exit(f"unknown scenario '{key}' (A, B, C, P)")
+        if key not in plans and key not in "PD":
+            sys.exit(f"unknown scenario '{key}' (A, B, C, P, D)")
         if key == "P":
             cold = await scenario(client, model, "P: 2k system prompt, cold", 1, 1, ask_after_system, max_tokens)
             warm = await scenario(client, model, "P: same prompt, reused", sc(a.requests_p), 1,
                                   lambda i: ask_after_system(i + 1), max_tokens)
             warm["ttft_warm_over_cold"] = warm["ttft_p50_ms"] / cold["ttft_p50_ms"]
             new = [cold, warm]
+        elif key == "D":
+            short = plans["A"][3]
+            one = await scenario(client, model, "D: one at a time", sc(a.requests_d), 1, short, max_tokens)
+            many = await scenario(client, model, f"D: {a.concurrency_d} at once", a.concurrency_d, a.concurrency_d,
+                                  lambda i: short(i + 10000), max_tokens)
+            many["tokens_per_s_over_single"] = many["output_tokens_per_s"] / one["output_tokens_per_s"]
+            new = [one, many]
         else:
             name, n, conc, make = plans[key]
             new = [await scenario(client, model, name, n, conc, make, max_tokens)]
@@ -164,6 +176,8 @@ async def main():
                   f"(prompt ~{r['prompt_tokens_mean']:.0f} tok)", flush=True)
             if "ttft_warm_over_cold" in r:
                 print(f"{'':<26} TTFT reused / cold: {100 * r['ttft_warm_over_cold']:.1f} %", flush=True)
+            if "tokens_per_s_over_single" in r:
+                print(f"{'':<26} aggregate tok/s over one at a time: {r['tokens_per_s_over_single']:.1f}x", flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"base_url": a.base_url, "model": model, "reports": reports}, f, indent=1)
