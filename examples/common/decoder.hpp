@@ -95,11 +95,10 @@ struct decoder_memory {
 
 // The expert cache of one MoE layer over a session (models with host-resident experts).
 struct expert_cache_stats {
-  uint64_t hits = 0;    // selections of decode-path calls served from a device slot
-  uint64_t misses = 0;  // ... read from host memory by the kernels (zero-copy)
-  uint64_t staged = 0;  // selections of steps whose layer call staged the layer (grouped path)
-  uint64_t host_bytes =
-      0;  // from host memory: misses x expert bytes + each staging call's selected experts not in a slot
+  uint64_t hits = 0;        // selections of decode-path calls served from a device slot
+  uint64_t misses = 0;      // ... read from host memory by the kernels (zero-copy)
+  uint64_t staged = 0;      // selections of steps whose layer call staged the layer (grouped path)
+  uint64_t host_bytes = 0;  // misses x expert bytes + (per staging call) its selected unslotted experts'
   uint64_t promotions = 0;  // experts copied into slots
 };
 

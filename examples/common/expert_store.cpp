@@ -5,6 +5,8 @@
 #include <climits>
 #include <cstring>
 
+#include "q35/launch/moe.hpp"
+
 namespace q35::gen {
 
 namespace {
@@ -180,16 +182,10 @@ void expert_store::indexed_views(const layer& l, launch::moe_weights& w) const {
   w.maybe_index = {l.index_gu.data(), l.index_dn.data(), l.n_virtual};
 }
 
-namespace {
-size_t staged_down_offset(const expert_layer_shape& l, int n_experts) {
-  return (size_t(n_experts) * size_t(l.gu_stride) + 255) / 256 * 256;
-}
-}  // namespace
-
 uint64_t expert_staging_bytes(const std::vector<expert_layer_shape>& layers, int n_experts) {
   uint64_t b = 0;
   for (const expert_layer_shape& l : layers)
-    b = std::max<uint64_t>(b, staged_down_offset(l, n_experts) + uint64_t(n_experts) * uint64_t(l.dn_stride));
+    b = std::max<uint64_t>(b, launch::moe_staging_bytes(n_experts, l.gu_stride, l.dn_stride));
   return b;
 }
 

@@ -205,12 +205,18 @@ inline size_t moe_workspace_bytes(const ffn_shape& s, int64_t max_tokens) {
   return std::max(grouped, decode);
 }
 
-// Device bytes of moe_expert_index::maybe_staging for the grouped path of these (indexed) experts:
-// n_experts gate strides (gate+up), 256-byte aligned, then n_experts down strides.
-template <int = 0>
+// The layout of moe_expert_index::maybe_staging for the grouped path of n_experts indexed experts:
+// n_experts gate strides (gate+up), then, 256-byte aligned, n_experts down strides. Known from the
+// strides alone (a memory planner sizes it before any weight is loaded).
+inline size_t moe_staging_down_offset(int64_t n_experts, int64_t gate_stride_bytes) {
+  return detail::align_256(size_t(n_experts) * size_t(gate_stride_bytes));
+}
+inline size_t moe_staging_bytes(int64_t n_experts, int64_t gate_stride_bytes, int64_t down_stride_bytes) {
+  return moe_staging_down_offset(n_experts, gate_stride_bytes) + size_t(n_experts) * size_t(down_stride_bytes);
+}
+// ... for these experts (n_mats of them).
 inline size_t moe_staging_bytes(const moe_weights& w) {
-  const size_t n = size_t(w.gate_exps.n_mats);
-  return detail::align_256(n * size_t(w.gate_exps.stride_bytes())) + n * size_t(w.down_exps.stride_bytes());
+  return moe_staging_bytes(w.gate_exps.n_mats, w.gate_exps.stride_bytes(), w.down_exps.stride_bytes());
 }
 
 // Checks shapes, views and workspace; the message names the bad value.
@@ -341,7 +347,7 @@ inline status moe_stage_selected(const moe_weights& w, const int32_t* offsets, i
                                  moe_weights& packed, stream_t stream) {
   const moe_expert_index& ix = w.maybe_index;
   auto* dst_gu = static_cast<uint8_t*>(ix.maybe_staging);
-  uint8_t* dst_dn = dst_gu + align_256(size_t(n_experts) * size_t(w.gate_exps.stride_bytes()));
+  uint8_t* dst_dn = dst_gu + moe_staging_down_offset(n_experts, w.gate_exps.stride_bytes());
   const auto* src_gu = static_cast<const uint8_t*>(w.gate_exps.data);
   const auto* src_dn = static_cast<const uint8_t*>(w.down_exps.data);
   const int64_t gu_stride = w.gate_exps.stride_bytes(), dn_stride = w.down_exps.stride_bytes();
