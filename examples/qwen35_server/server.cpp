@@ -583,6 +583,10 @@ int run(const options& opt) {
   const std::vector<gen::synth_entry> synth_all = gen::synth_models();
   const gen::synth_entry* synth = opt.bench_model.empty() ? nullptr : gen::find_synth_model(synth_all, opt.bench_model);
   const io::model_hparams& h = synth ? synth->h : bound.hparams;
+  if (synth && uint32_t(tok.n_vocab()) > h.n_vocab)
+    throw std::invalid_argument("--bench-model " + synth->key + ": its vocabulary has " + std::to_string(h.n_vocab) +
+                                " tokens, fewer than the " + std::to_string(tok.n_vocab()) + " of " + opt.model_path +
+                                "'s tokenizer (prompts could name tokens the model does not have)");
   const int64_t model_ctx = h.context_length;
   const int64_t n_ctx = opt.n_ctx ? *opt.n_ctx : std::min<int64_t>(4096, model_ctx);
   if (n_ctx > model_ctx)
