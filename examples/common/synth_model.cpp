@@ -253,6 +253,18 @@ const synth_entry* find_synth_model(const std::vector<synth_entry>& all, const s
   return nullptr;
 }
 
+status first_layers(const synth_entry& e, uint32_t n, synth_entry& out) {
+  if (n < 1 || n > e.h.n_layers)
+    return error(status_code::invalid_argument,
+                 e.name + " has " + std::to_string(e.h.n_layers) + " layers: it cannot be cut to " + std::to_string(n));
+  out = e;
+  out.h.n_layers = n;
+  out.h.layer_kinds.resize(n);
+  out.h.ffn_kinds.resize(n);
+  out.name += " (first " + std::to_string(n) + " of " + std::to_string(e.h.n_layers) + " layers)";
+  return status::success();
+}
+
 std::string synth_model_keys() {
   std::string out;
   for (const synth_entry& e : synth_models()) out += (out.empty() ? "" : ", ") + e.key;

@@ -137,6 +137,9 @@ std::vector<synth_entry> synth_models();
 const synth_entry* find_synth_model(const std::vector<synth_entry>& all, const std::string& key);
 // "9B, 27B, ...": the keys, for messages.
 std::string synth_model_keys();
+// `e` cut to its first n layers (each as large as before; the schedule's first n entries), named
+// "<name> (first n of L layers)"; an error when the model has fewer than n layers.
+status first_layers(const synth_entry& e, uint32_t n, synth_entry& out);
 
 // Whether synthetic tensor `name` holds routed experts (kept in host memory with expert slots).
 bool is_synth_routed_expert(const std::string& name);

@@ -225,6 +225,9 @@ const std::vector<flag>& flags() {
       {{"--bench-pp"},
        "LIST",
        [](options& o, const std::string& n, const std::string& v) { o.bench_prompts = parse_int_list(n, v, 1); }},
+      {{"--bench-layers"},
+       "N",
+       [](options& o, const std::string& n, const std::string& v) { o.bench_layers = parse_int(n, v, 1, 65536); }},
   };
   return table;
 }
@@ -256,6 +259,8 @@ options parse_args(const std::vector<std::string>& args) {
   if (o.model_path.empty() && o.cmd != command::bench) throw usage_error("no model file given (-m FILE)");
   if (o.cmd == command::bench && !o.model_path.empty() && !o.bench_models.empty())
     throw usage_error("--bench-model picks a synthetic model: it cannot be combined with -m");
+  if (o.bench_layers && (o.cmd != command::bench || !o.model_path.empty()))
+    throw usage_error("--bench-layers cuts the synthetic models of --bench (without -m)");
   if (o.cmd == command::dump_tensor && o.out_path.empty()) throw usage_error("--dump-tensor needs --out PATH");
   if (o.cmd != command::generate && o.prompt) throw usage_error("-p/-f cannot be combined with another command");
   if (o.system_prompt && !o.conversation) throw usage_error("-sys is used by the chat template: add -cnv");
@@ -375,6 +380,8 @@ std::string usage(const std::string& program) {
          "  --bench-json FILE      results as JSON (default bench_<gpu>.json)\n"
          "  --bench-ctx LIST       decode contexts, comma-separated (default 0,4096,32768; sim 0,48)\n"
          "  --bench-pp LIST        prefill lengths, comma-separated (default 512,4096; sim 32)\n"
+         "  --bench-layers N       synthetic models cut to their first N layers (each layer full size; the\n"
+         "                         schedule's first N entries): a big shape's layers on a small machine\n"
          "\n"
          "  -m, --model FILE       a qwen35 / qwen35moe GGUF file\n"
          "  -h, --help             this text\n";

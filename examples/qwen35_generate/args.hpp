@@ -64,6 +64,7 @@ struct options {
   std::string bench_json_path;            // --bench-json FILE (default bench_<gpu>.json)
   std::vector<int64_t> bench_contexts;    // --bench-ctx N,N,...: decode after prompts of these lengths
   std::vector<int64_t> bench_prompts;     // --bench-pp N,N,...: prefill lengths
+  std::optional<int64_t> bench_layers;    // --bench-layers N: synthetic models cut to their first N layers
 };
 
 // Parses argv[1..argc); throws usage_error naming the offending argument.

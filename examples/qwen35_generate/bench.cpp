@@ -522,6 +522,18 @@ int run_bench(const options& opt, std::ostream& out) {
         finish_model(r);
         continue;
       }
+      gen::synth_entry cut;
+      if (opt.bench_layers) {
+        const status st = gen::first_layers(*it, uint32_t(*opt.bench_layers), cut);
+        if (!st.ok()) {
+          model_result r;
+          r.name = it->name;
+          r.skipped = "--bench-layers: " + st.message();
+          finish_model(r);
+          continue;
+        }
+        it = &cut;
+      }
       for (const std::optional<uint64_t>& budget : budgets_of(opt)) {
         model_result r;
         r.name = it->name;

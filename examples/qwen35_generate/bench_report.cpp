@@ -48,7 +48,7 @@ void write_json(const std::string& path, const device_facts& dev, const bench_pl
     f << (i ? "," : "") << "\n    {\"name\": \"" << json_escape(r.name) << "\", \"source\": \"" << json_escape(r.source)
       << "\"";
     if (!r.skipped.empty()) {
-      f << ", \"skipped\": \"" << json_escape(r.skipped) << "\"}";
+      f << ", \"vram_budget\": " << r.budget << ", \"skipped\": \"" << json_escape(r.skipped) << "\"}";
       continue;
     }
     f << ", \"vram_budget\": " << r.budget << ", \"expert_slots\": " << r.slots << ", \"n_experts\": " << r.n_experts
@@ -115,6 +115,7 @@ void print_table(std::ostream& out, const device_facts& dev, const bench_plan& p
                     d.roofline_tok_s > 0 ? num(d.roofline_tok_s, 0).c_str() : "-",
                     d.roofline_tok_s > 0 ? num(d.roofline_pct, 1).c_str() : "-");
       out << line;
+      if (k == 0 && r.name.size() > 26) out << "    model: " << r.name << "\n";
       if (k == 0 && pp.size() > 24) out << "    prefill: " << pp << "\n";
     }
     if (r.slots >= 0) {

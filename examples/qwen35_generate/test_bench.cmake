@@ -52,6 +52,7 @@ else()
       endif()
     endforeach()
   endforeach()
+  string(JSON whole_moe_bytes GET "${j}" models 1 weight_bytes)  # against --bench-layers below
   string(JSON moe_ms GET "${j}" models 1 decode 0 step_ms moe_ffn)
   string(JSON attn_ms GET "${j}" models 0 decode 0 step_ms attention_layers)
   if(NOT moe_ms GREATER 0 OR NOT attn_ms GREATER 0)
@@ -75,10 +76,42 @@ else()
   endif()
 endif()
 
+# --bench-layers: the synthetic tiny MoE model cut to its first 2 of 4 layers runs, under its name, with
+# fewer weight bytes than the whole model above; a cut past the model's
+# layers is skipped, naming both counts.
+set(json4 "${Q35_WORK_DIR}/bench_sim_layers.json")
+execute_process(COMMAND "${Q35_CLI}" --bench --bench-model tiny-moe --bench-model tiny-dense --bench-layers 2
+                        --bench-ctx 0 --bench-pp 8 -n 2 --bench-json "${json4}" RESULT_VARIABLE rc OUTPUT_VARIABLE out
+                        ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  fail("--bench --bench-layers 2 exited with ${rc}: ${err}")
+else()
+  file(READ "${json4}" j4)
+  string(JSON name GET "${j4}" models 0 name)
+  string(JSON cut_bytes GET "${j4}" models 0 weight_bytes)
+  string(JSON finite GET "${j4}" models 0 decode 0 finite_logits)
+  if(NOT name STREQUAL "tiny-moe (test fixture) (first 2 of 4 layers)" OR NOT cut_bytes LESS whole_moe_bytes
+     OR NOT cut_bytes GREATER 0 OR NOT finite)
+    fail("--bench-layers 2 JSON: name '${name}', ${cut_bytes} weight bytes (whole: ${whole_moe_bytes}), finite ${finite}")
+  endif()
+  string(FIND "${out}" "model: tiny-dense (test fixture) (first 2 of 4 layers)" pos)
+  if(pos EQUAL -1)
+    fail("--bench-layers 2: the table does not name the cut model:\n${out}")
+  endif()
+endif()
+execute_process(COMMAND "${Q35_CLI}" --bench --bench-model tiny-moe --bench-layers 5 --bench-json "${json4}"
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+string(FIND "${out}" "skipped (--bench-layers: tiny-moe (test fixture) has 4 layers: it cannot be cut to 5)" pos)
+if(NOT rc EQUAL 0 OR pos EQUAL -1)
+  fail("--bench-layers 5: rc ${rc}, output ${out}")
+endif()
+
 # Bad flags: one error line, exit 1.
 # (--vram: a bad size in a list, an empty list, a list outside --bench)
 foreach(args "--bench;--bench-ctx;1,x" "--bench;--bench-pp;0" "--bench;--bench-model;tiny-moe;-m;${Q35_TEST_DATA_DIR}/tiny_moe_q4km.gguf"
-             "--bench;--vram;24G,x" "--bench;--vram;," "-m;${Q35_TEST_DATA_DIR}/tiny_moe_q4km.gguf;-p;hi;--vram;1G,2G")
+             "--bench;--vram;24G,x" "--bench;--vram;," "-m;${Q35_TEST_DATA_DIR}/tiny_moe_q4km.gguf;-p;hi;--vram;1G,2G"
+             "--bench;--bench-layers;0" "--bench;-m;${Q35_TEST_DATA_DIR}/tiny_moe_q4km.gguf;--bench-layers;2"
+             "-m;${Q35_TEST_DATA_DIR}/tiny_moe_q4km.gguf;-p;hi;--bench-layers;2")
   execute_process(COMMAND "${Q35_CLI}" ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT rc EQUAL 1 OR NOT err MATCHES "error:")
     fail("'${args}' should exit 1 with an error line, got ${rc}: ${err}")
@@ -112,6 +145,7 @@ else()
   string(JSON s1 GET "${j}" models 1 expert_slots)
   string(JSON hit1 ERROR_VARIABLE no_hit1 GET "${j}" models 1 decode 0 expert_hit_rate)
   string(JSON skip2 GET "${j}" models 2 skipped)
+  string(JSON b2 GET "${j}" models 2 vram_budget)  # a skipped row still names its budget
   if(NOT n_models EQUAL 3 OR NOT s0 GREATER 0 OR NOT s0 LESS 8 OR NOT b0 EQUAL 6815744 OR NOT host0 GREATER 0)
     fail("--vram JSON: ${n_models} models, slots ${s0}, budget ${b0}, host bytes ${host0}")
   endif()
@@ -121,8 +155,8 @@ else()
   if(NOT s1 EQUAL -1 OR NOT no_hit1)
     fail("--vram 1G: slots ${s1}, hit rate '${hit1}' (every expert should be on the device)")
   endif()
-  if(NOT skip2 MATCHES "below the .* of device memory")
-    fail("--vram 200K: skipped '${skip2}'")
+  if(NOT skip2 MATCHES "below the .* of device memory" OR NOT b2 EQUAL 204800)
+    fail("--vram 200K: skipped '${skip2}', budget ${b2}")
   endif()
   string(FIND "${out}" "per MoE layer on the device" pos)
   if(pos EQUAL -1)
