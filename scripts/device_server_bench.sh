@@ -5,11 +5,12 @@
 # with scripts/bench_server.py: D (aggregate decode tok/s at 32 sequences over one at a time), P (a
 # ~2k-token system prompt reused: TTFT against a cold one), A (short questions, 64 in flight).
 #   scripts/device_server_bench.sh [LOG_DIR] [MODEL]     (defaults: device_logs/, 9B)
-# Needs Python's openai package on the device machine (carried as wheels: docs/server.md). Budget:
-# under 10 minutes on a 16-core machine (build ~4 min, model build seconds, the scenarios ~4 min).
+# Needs Python's openai package on the device machine (carried as wheels: scripts/device_prep.sh, then
+# `source scripts/device_env.sh`; scripts/device_check.sh runs this as its server stage). Budget: under
+# 10 minutes on a 16-core machine (build ~4 min, model build seconds, the scenarios ~4 min).
 # Never changes clocks or resets the GPU.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit
 logs=${1:-device_logs}
 model=${2:-9B}
 mkdir -p "$logs"
@@ -31,6 +32,8 @@ fi
 "$build/examples/qwen35_server/qwen35_server_cuda" --bench-model "$model" -m tests/data/tiny_dense_q4km.gguf \
   --port 0 -np 64 -c 65536 -b 2048 >"$logs/server.log" 2>&1 &
 pid=$!
+# the server goes with this script, also when a caller's timeout stops it
+trap 'kill -TERM "$pid" 2>/dev/null' EXIT
 port=
 for _ in $(seq 240); do
   port=$(grep -o 'listening on http://127\.0\.0\.1:[0-9]*' "$logs/server.log" | grep -o '[0-9]*$')
@@ -48,7 +51,8 @@ head -3 "$logs/server.log"
 PYTHONUNBUFFERED=1 timeout 300 python3 scripts/bench_server.py --base-url "http://127.0.0.1:$port/v1" \
   --scenarios DPA --requests-a 256 --json "$logs/server_bench.json" 2>&1 | tee "$logs/server_bench.log"
 bench_rc=${PIPESTATUS[0]}
-curl -s "http://127.0.0.1:$port/metrics" >"$logs/server_metrics.txt" 2>/dev/null
+python3 -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())" \
+  "http://127.0.0.1:$port/metrics" >"$logs/server_metrics.txt" 2>&1
 kill -TERM "$pid" 2>/dev/null
 wait "$pid"
 echo "server bench: rc=$bench_rc (scenario lines above; JSON $logs/server_bench.json)"
