@@ -38,10 +38,15 @@ if compgen -G "$q35_root/.device/debs/*.deb" >/dev/null; then
   echo "device_env: build dependencies from .device/debs in $q35deps"
 fi
 if compgen -G "$q35_root/.device/whl/*.whl" >/dev/null; then
-  if [[ ! -d /tmp/q35site ]]; then
+  if [[ ! -f /tmp/q35site/.installed ]] &&
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/q35site \
-      "$q35_root"/.device/whl/*.whl || echo "device_env: installing the wheels of .device/whl failed"
+      "$q35_root"/.device/whl/*.whl; then
+    touch /tmp/q35site/.installed
   fi
-  export PYTHONPATH=/tmp/q35site${PYTHONPATH:+:$PYTHONPATH}
-  echo "device_env: Python packages from .device/whl in /tmp/q35site"
+  if [[ -f /tmp/q35site/.installed ]]; then
+    export PYTHONPATH=/tmp/q35site${PYTHONPATH:+:$PYTHONPATH}
+    echo "device_env: Python packages from .device/whl in /tmp/q35site"
+  else
+    echo "device_env: installing the wheels of .device/whl failed (python3 is $(python3 --version 2>&1))"
+  fi
 fi
