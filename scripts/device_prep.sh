@@ -13,9 +13,10 @@
 #     - takes the two float32 fixtures (tests/data/tiny_moe.gguf, tiny_dense.gguf: 54 MB, read only by
 #       host tests that do not run there) out of the index and ignores them, so they do not travel
 #       (the files stay on disk);
-#     - prints the bytes that will travel.
+#     - prints the bytes that will travel;
+#     - installs a pre-commit hook that refuses every commit until `off` (a commit would delete them).
 #   scripts/device_prep.sh off     (here, after the device calls, and before any commit)
-#     puts the fixtures back into the index and stops ignoring them.
+#     puts the fixtures back into the index, stops ignoring them and removes the hook.
 #   scripts/device_prep.sh status
 #
 # There, every call starts with `source scripts/device_env.sh` (scripts/device_check.sh does): it unpacks
@@ -26,6 +27,8 @@ cd "$(dirname "$0")/.."
 exclude=.git/info/exclude
 slim=(tests/data/tiny_moe.gguf tests/data/tiny_dense.gguf)
 marker="# device_prep.sh: left out of the device tool's tree"
+hook=$(git rev-parse --git-path hooks)/pre-commit
+hook_tag="# written by scripts/device_prep.sh on"
 debs=(doctest-dev libboost1.74-dev libboost-context1.74-dev libboost-context1.74.0 libpcre2-dev libpcre2-8-0
       libbenchmark-dev libbenchmark1debian nlohmann-json3-dev libcpp-httplib-dev libcpp-httplib0.11 libssl-dev
       zlib1g-dev libbrotli-dev libbrotli1 pkgconf pkgconf-bin libpkgconf3)
@@ -46,6 +49,16 @@ on)
   python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d .device/whl openai
+  # first (while they are out of the index a commit would delete them: a pre-commit hook refuses it)
+  mkdir -p "$(dirname "$hook")"
+  if [[ -e $hook ]] && ! grep -qxF "$hook_tag" "$hook"; then
+    echo "device_prep.sh: $hook exists and is not ours: not touching the index" >&2
+    exit 1
+  fi
+  printf '%s\n' '#!/bin/sh' "$hook_tag" \
+    'echo "pre-commit: scripts/device_prep.sh is on (float32 fixtures out of the index): run scripts/device_prep.sh off first" >&2' \
+    'exit 1' >"$hook"
+  chmod +x "$hook"
   for f in "${slim[@]}"; do
     grep -qxF "/$f" "$exclude" || printf '%s\n/%s\n' "$marker" "$f" >>"$exclude"
     git ls-files --error-unmatch "$f" >/dev/null 2>&1 && git rm -q --cached "$f"
@@ -58,6 +71,7 @@ off)
     sed -i "\\|^$marker\$|d; \\|^/$f\$|d" "$exclude"
     git reset -q -- "$f"
   done
+  grep -qxF "$hook_tag" "$hook" 2>/dev/null && rm -f "$hook"
   git status --short -- "${slim[@]}"
   echo "fixtures back in the index"
   ;;
