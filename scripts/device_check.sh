@@ -107,8 +107,10 @@ if ((e2e_build_rc == 0)); then
   want e2e && stage e2e 150 "$gen" --bench --bench-model 9B --bench-model 35B-A3B --bench-model 27B \
     --bench-json "$logs/e2e.json" >"$logs/e2e.log" 2>&1
   # Experts in host memory: 35B-A3B and 122B-A10B under 24 GB and 16 GB budgets (hit rate, host bytes
-  # per token, zero-copy bandwidth; docs/moe.md). One context and one prompt length to fit the budget.
-  want vram && stage vram 150 "$gen" --bench --bench-model 35B-A3B --bench-model 122B-A10B --vram 24G,16G \
+  # per token, zero-copy bandwidth; docs/moe.md), after an all-resident row (200G: everything on the
+  # device) whose logits each budget row must equal bit for bit (--bench fails otherwise). One context
+  # and one prompt length to fit the budget.
+  want vram && stage vram 200 "$gen" --bench --bench-model 35B-A3B --bench-model 122B-A10B --vram 200G,24G,16G \
     --bench-ctx 0 --bench-pp 512 --bench-json "$logs/e2e_vram.json" >"$logs/e2e_vram.log" 2>&1
   # Experts in host memory on the GPU give the all-resident logits bit for bit (zero-copy reads through
   # the index, promotions copied on the side stream and landed by event; -n 40: two rebalances).

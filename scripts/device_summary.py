@@ -54,7 +54,10 @@ def vram(data):
     print(f"\nexperts in host memory (zero-copy read {data.get('zero_copy_gbps')} GB/s, "
           f"copy {data.get('copy_gbps')} GB/s):")
     print(f"{'model':26s} {'budget GiB':>10s} {'slots':>9s} {'pp tok/s':>9s} {'tg tok/s':>9s} {'hit %':>6s} "
-          f"{'host MB/tok':>11s} {'%roof':>6s}")
+          f"{'host MB/tok':>11s} {'%roof':>6s}  logits")
+    # the all-resident row of each model, per context: a budget row must have its logits digest
+    resident = {(m["name"], d["context"]): d.get("logits_digest") for m in data.get("models", [])
+                if "skipped" not in m and m.get("expert_slots", -1) < 0 for d in m.get("decode", [])}
     for m in data.get("models", []):
         gib = m.get("vram_budget", 0) / 2**30
         if "skipped" in m:
@@ -62,9 +65,12 @@ def vram(data):
             continue
         pp = m["prefill"][0]["tok_s"] if m.get("prefill") else 0
         for d in m.get("decode", []):
+            ref = resident.get((m["name"], d["context"]))
+            same = ("resident" if m["expert_slots"] < 0 else "no resident row" if ref is None
+                    else "= resident" if ref == d.get("logits_digest") else "DIFFER")
             print(f"{m['name'][:26]:26s} {gib:10.1f} {m['expert_slots']:4d}/{m['n_experts']:<4d} {pp:9.0f} "
                   f"{d['tok_s']:9.1f} {100 * d.get('expert_hit_rate', 1):6.1f} "
-                  f"{d.get('host_bytes_per_token', 0) / 1e6:11.1f} {d['roofline_pct'] or 0:6.1f}")
+                  f"{d.get('host_bytes_per_token', 0) / 1e6:11.1f} {d['roofline_pct'] or 0:6.1f}  {same}")
 
 
 def server(data):

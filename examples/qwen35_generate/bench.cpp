@@ -254,7 +254,10 @@ class model_bench {
     context_result r;
     r.context = c;
     check(dec_.clear(), "clear");
-    feed_prompt(std::max<int64_t>(c, 1));  // context 0: one token, so there are logits to sample
+    // context 0: one token, so there are logits to sample; the prompt depends on c alone, so runs of
+    // this model under other budgets decode the same tokens (logits_digest)
+    std::mt19937_64 prompt_rng(20261203u + uint64_t(c));
+    check(dec_.eval(random_ids(std::max<int64_t>(c, 1), prompt_rng)), "prompt");
     int32_t id = 0;
     std::vector<int32_t> ids;
     const gen::expert_cache_stats before = cache_totals();
@@ -278,7 +281,14 @@ class model_bench {
     r.distinct_ids = int(std::unique(ids.begin(), ids.end()) - ids.begin());
     std::vector<float> logits;
     check(dec_.last_logits(logits), "logits");
-    for (float v : logits) r.finite = r.finite && std::isfinite(v);
+    uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the float bits
+    for (float v : logits) {
+      r.finite = r.finite && std::isfinite(v);
+      uint32_t u;
+      std::memcpy(&u, &v, 4);
+      for (int k = 0; k < 4; ++k) h = (h ^ ((u >> (8 * k)) & 0xffu)) * 0x100000001b3ull;
+    }
+    r.logits_digest = h;
     r.b = breakdown(id);
     return r;
   }
@@ -309,10 +319,11 @@ class model_bench {
     return t;
   }
 
-  std::vector<int32_t> random_ids(int64_t n) {
+  std::vector<int32_t> random_ids(int64_t n) { return random_ids(n, rng_); }
+  std::vector<int32_t> random_ids(int64_t n, std::mt19937_64& g) const {
     std::uniform_int_distribution<int32_t> pick(0, int32_t(m_.hparams().n_vocab) - 1);
     std::vector<int32_t> ids(static_cast<size_t>(n));
-    for (int32_t& x : ids) x = pick(rng_);
+    for (int32_t& x : ids) x = pick(g);
     return ids;
   }
   void feed_prompt(int64_t n) {
@@ -562,9 +573,14 @@ int run_bench(const options& opt, std::ostream& out) {
     }
   }
   print_table(out, dev, plan, results);
+  const bool resident_same = check_resident_digests(out, results);
   out << "JSON: " << json_path << "\n";
   if (!all_finite) {
     std::cerr << "--bench: a model produced non-finite logits\n";
+    return failure_exit_code;
+  }
+  if (!resident_same) {
+    std::cerr << "--bench: host-resident experts changed the logits against the all-resident row\n";
     return failure_exit_code;
   }
   return 0;

@@ -23,7 +23,31 @@ std::string json_escape(const std::string& s) {
   }
   return o;
 }
+std::string hex64(uint64_t v) {
+  char b[17];
+  std::snprintf(b, sizeof b, "%016llx", (unsigned long long)v);
+  return b;
+}
 }  // namespace
+
+bool check_resident_digests(std::ostream& out, const std::vector<model_result>& results) {
+  bool same = true;
+  for (const model_result& r : results) {
+    if (!r.skipped.empty() || r.slots < 0) continue;
+    for (const model_result& a : results) {
+      if (a.name != r.name || !a.skipped.empty() || a.slots >= 0) continue;
+      for (const context_result& d : r.decode)
+        for (const context_result& e : a.decode) {
+          if (d.context != e.context) continue;
+          const bool eq = d.logits_digest == e.logits_digest;
+          same = same && eq;
+          out << r.name << budget_tag(r) << ", ctx " << d.context << ": logits after tg "
+              << (eq ? "bit-identical to" : "DIFFER from") << " the all-resident row" << budget_tag(a) << "\n";
+        }
+    }
+  }
+  return same;
+}
 
 std::string num(double v, int prec) {
   if (!std::isfinite(v)) return "null";
@@ -66,7 +90,8 @@ void write_json(const std::string& path, const device_facts& dev, const bench_pl
         << ", \"ms_per_token\": " << num(d.ms_per_token, 4) << ", \"bytes_per_token\": " << num(d.bytes_per_token, 0)
         << ", \"kv_bytes_per_token\": " << num(d.kv_bytes, 0) << ", \"roofline_tok_s\": " << num(d.roofline_tok_s, 1)
         << ", \"roofline_pct\": " << num(d.roofline_pct, 1) << ", \"distinct_greedy_ids\": " << d.distinct_ids
-        << ", \"finite_logits\": " << (d.finite ? "true" : "false");
+        << ", \"finite_logits\": " << (d.finite ? "true" : "false") << ", \"logits_digest\": \""
+        << hex64(d.logits_digest) << "\"";
       if (d.hit_rate >= 0)
         f << ", \"expert_hit_rate\": " << num(d.hit_rate, 4)
           << ", \"host_bytes_per_token\": " << num(d.host_bytes_per_token, 0)

@@ -53,6 +53,9 @@ struct context_result {
   double roofline_tok_s = 0, roofline_pct = 0;  // 0: no bandwidth measured
   int distinct_ids = 0;
   bool finite = true;
+  // FNV-1a of the bits of the last logits after the tg run: the decode inputs depend only on the
+  // context, so two rows of one model and plan that computed the same thing have equal digests
+  uint64_t logits_digest = 0;
   step_breakdown b;
   // host-resident experts, over the tg run (hit_rate < 0: every expert on the device)
   double hit_rate = -1, host_bytes_per_token = 0, promotions_per_token = 0;
@@ -83,6 +86,10 @@ void write_json(const std::string& path, const device_facts& dev, const bench_pl
 // The summary table: a row per model and context, the expert line, the step split.
 void print_table(std::ostream& out, const device_facts& dev, const bench_plan& plan,
                  const std::vector<model_result>& results);
+// Rows with host-resident experts against the all-resident row of the same model and context in the
+// same run (a --vram budget that holds everything): one line each into `out`; false when a digest
+// differs (the expert cache changed a logit).
+bool check_resident_digests(std::ostream& out, const std::vector<model_result>& results);
 // bench_<device name>.json
 std::string default_json_path(const device_facts& dev);
 

@@ -162,6 +162,14 @@ else()
   if(pos EQUAL -1)
     fail("--bench --vram: the table has no expert line:\n${out}")
   endif()
+  # the 6.5M row (experts in host memory, promotions over 24 steps) against the 1G row (all resident):
+  # the same decode inputs, so the same logits bit for bit, digest included in the JSON
+  string(JSON dig0 GET "${j}" models 0 decode 0 logits_digest)
+  string(JSON dig1 GET "${j}" models 1 decode 0 logits_digest)
+  string(FIND "${out}" "@ 6.50 MiB, ctx 0: logits after tg bit-identical to the all-resident row @ 1.00 GiB" pos)
+  if(pos EQUAL -1 OR NOT dig0 STREQUAL dig1 OR NOT dig0 MATCHES "^[0-9a-f]+$")
+    fail("--bench --vram: host-resident logits against all-resident: digests '${dig0}', '${dig1}':\n${out}")
+  endif()
 endif()
 execute_process(COMMAND "${Q35_CLI}" --bench -m "${Q35_TEST_DATA_DIR}/tiny_moe_q4km.gguf" --expert-cache 2 --bench-ctx 0
                         --bench-pp 8 -n 4 --bench-json "${json3}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
