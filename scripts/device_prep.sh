@@ -42,7 +42,13 @@ case "${1:-status}" in
 on)
   grep -qxF "/.device/" "$exclude" || echo "/.device/" >>"$exclude"
   mkdir -p .device/debs .device/whl
-  (cd .device/debs && apt-get download "${debs[@]}" 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)
+  # a package that did not download stops here (the device build would fail on it much later)
+  if ! (cd .device/debs && apt-get download -q "${debs[@]}" >download.log 2>&1); then
+    grep -v '^W: Download is performed unsandboxed' .device/debs/download.log >&2
+    echo "device_prep.sh: apt-get download failed for one of: ${debs[*]}" >&2
+    exit 1
+  fi
+  rm -f .device/debs/download.log
   # Python 3.12 on x86-64 there (KINDS.md); pip matches each manylinux tag exactly
   # with every dependency (~6 MB): the image's own httpx/anyio/typing-extensions may be older than the
   # client needs, and PYTHONPATH puts these first
