@@ -165,6 +165,9 @@ status decoder::init(const device_model& m, const decoder_config& cfg) {
   if (cfg.n_prefix_slots < 0 || cfg.n_prefix_slots > 4096)
     return error(status_code::invalid_argument,
                  "prefix checkpoint count " + std::to_string(cfg.n_prefix_slots) + " is outside 0..4096");
+  if (cfg.expert_staging_window < 1)
+    return error(status_code::invalid_argument,
+                 "expert staging window of " + std::to_string(cfg.expert_staging_window) + " experts < 1");
   cfg_.n_batch = std::min(cfg.n_batch, cfg.n_ctx);
   const int64_t S = cfg.n_seq_max;
   if (staging_in_flight_) Q35_TRY(sync());  // a re-init frees the staging record
@@ -252,7 +255,7 @@ status decoder::init(const device_model& m, const decoder_config& cfg) {
   cache_stats_.assign(experts_ ? moe_layers_.size() : 0, {});
   steps_since_rebalance_ = 0;
   if (experts_ && call_rows > launch::moe_decode_max_tokens)  // (memory_needed() counts it the same way)
-    Q35_TRY(expert_staging_.allocate(size_t(experts_->staging_bytes())));
+    Q35_TRY(expert_staging_.allocate(size_t(experts_->staging_bytes(cfg.expert_staging_window))));
   if ((cfg.expert_stats || experts_) && !moe_layers_.empty()) {  // the cache's policy reads the counts
     expert_load_ = std::make_unique<launch::expert_load>();
     Q35_TRY(expert_load_->allocate(int(moe_layers_.size()), int(h.n_experts)));  // zeroed on the default stream
@@ -271,7 +274,7 @@ launch::ffn_shape decoder::ffn_shape() const { return ffn_shape_of(m_->hparams()
 status decoder::memory_needed(const io::model_hparams& h, const decoder_config& cfg, uint64_t expert_staging,
                               decoder_memory& out) {
   Q35_TRY(check_supported(h));
-  if (cfg.n_ctx < 1 || cfg.n_batch < 1 || cfg.n_seq_max < 1 || cfg.n_prefix_slots < 0)
+  if (cfg.n_ctx < 1 || cfg.n_batch < 1 || cfg.n_seq_max < 1 || cfg.n_prefix_slots < 0 || cfg.expert_staging_window < 1)
     return error(status_code::invalid_argument, "decoder::memory_needed: a size of the configuration is below 1");
   decoder_config c = cfg;
   c.n_batch = std::min(cfg.n_batch, cfg.n_ctx);

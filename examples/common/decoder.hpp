@@ -79,6 +79,10 @@ struct decoder_config {
   // its device slots (0: the slots keep the experts they were loaded with).
   int expert_rebalance_steps = 16;
   expert_policy expert_cache_policy = expert_policy::frequency;  // host-resident experts: what the slots hold
+  // Host-resident experts: a prompt chunk's layer call (more than 8 rows) copies the experts it
+  // selects into a staging area this many experts at a time (launch::moe_staging_bytes), a window's
+  // copy then its GEMM; at least 1, and n_experts or more stages a whole layer in one pass.
+  int expert_staging_window = 64;
 };
 
 // The device memory a decoder allocates in init(), by kind (decoder::memory_needed before, and
@@ -89,7 +93,7 @@ struct decoder_memory {
   uint64_t workspace = 0;       // the largest layer call's workspace
   uint64_t activations = 0;     // hidden rows, normed rows (and their 16-bit form), logits
   uint64_t other = 0;           // batch record, sampled ids, random streams, sampling workspace, router counts
-  uint64_t expert_staging = 0;  // one MoE layer's experts for the grouped path (host-resident experts)
+  uint64_t expert_staging = 0;  // a window of experts for the grouped path (host-resident experts)
   uint64_t total() const { return kv + recurrent + workspace + activations + other + expert_staging; }
 };
 
@@ -137,7 +141,8 @@ class decoder {
   status init(const device_model& m, const decoder_config& cfg);
 
   // The device memory init() will take for a file of hyper-parameters `h` under `cfg`;
-  // expert_staging: the model's expert_store::staging_bytes() when its experts are host-resident, else 0.
+  // expert_staging: the model's expert_store::staging_bytes(cfg.expert_staging_window) when its
+  // experts are host-resident, else 0.
   static status memory_needed(const io::model_hparams& h, const decoder_config& cfg, uint64_t expert_staging,
                               decoder_memory& out);
   // What init() took (equal to memory_needed's answer for the same file and configuration).

@@ -182,15 +182,15 @@ void expert_store::indexed_views(const layer& l, launch::moe_weights& w) const {
   w.maybe_index = {l.index_gu.data(), l.index_dn.data(), l.n_virtual};
 }
 
-uint64_t expert_staging_bytes(const std::vector<expert_layer_shape>& layers, int n_experts) {
+uint64_t expert_staging_bytes(const std::vector<expert_layer_shape>& layers, int n_experts, int window) {
   uint64_t b = 0;
   for (const expert_layer_shape& l : layers)
-    b = std::max<uint64_t>(b, launch::moe_staging_bytes(n_experts, l.gu_stride, l.dn_stride));
+    b = std::max<uint64_t>(b, launch::moe_staging_bytes(std::min(n_experts, window), l.gu_stride, l.dn_stride));
   return b;
 }
 
-uint64_t expert_store::staging_bytes() const {
-  return expert_staging_bytes(std::vector<expert_layer_shape>(layers_.begin(), layers_.end()), n_experts_);
+uint64_t expert_store::staging_bytes(int window) const {
+  return expert_staging_bytes(std::vector<expert_layer_shape>(layers_.begin(), layers_.end()), n_experts_, window);
 }
 
 status expert_store::copy_to_slot(const layer& l, int e, int s, stream_t stream) const {

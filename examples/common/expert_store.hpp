@@ -56,8 +56,9 @@ struct expert_layer_shape {
 // its experts in its own formats.
 status expert_layer_shapes(const io::model_weights& w, std::vector<expert_layer_shape>& out);
 
-// Device bytes the grouped path needs to stage the largest of `layers` (n_experts experts each).
-uint64_t expert_staging_bytes(const std::vector<expert_layer_shape>& layers, int n_experts);
+// Device bytes of the grouped path's staging area for windows of `window` experts (at most n_experts,
+// a whole layer) of the largest of `layers` (launch::moe_staging_bytes).
+uint64_t expert_staging_bytes(const std::vector<expert_layer_shape>& layers, int n_experts, int window);
 
 class expert_store {
  public:
@@ -99,8 +100,8 @@ class expert_store {
   // The views the kernels read through the index (the grouped path copies the experts a call selects
   // into a staging area first: launch::moe_staging_bytes, kernels/moe_stage.hpp).
   void indexed_views(const layer& l, launch::moe_weights& w) const;
-  // Device bytes of the grouped path's staging area for the largest layer (launch::moe_staging_bytes).
-  uint64_t staging_bytes() const;
+  // Device bytes of the grouped path's staging area for windows of `window` experts (expert_staging_bytes).
+  uint64_t staging_bytes(int window) const;
 
   expert_store() = default;
   ~expert_store();  // waits for the copies in flight

@@ -123,7 +123,8 @@ status plan_memory(const io::model_hparams& h, const io::model_weights& w, uint6
   out.slots = 0;
   out.weights = non_expert_weights;
   out.index_bytes = uint64_t(out.n_moe_layers) * uint64_t(out.n_experts) * 2 * sizeof(int32_t);
-  Q35_TRY(decoder::memory_needed(h, cfg, expert_staging_bytes(shapes, out.n_experts), out.decoder));
+  Q35_TRY(decoder::memory_needed(h, cfg, expert_staging_bytes(shapes, out.n_experts, cfg.expert_staging_window),
+                                 out.decoder));
   const uint64_t fixed = out.device_bytes();
   if (slots) {
     out.slots = int(*slots);

@@ -1,10 +1,9 @@
 // Host-resident experts (device_model::load with expert_slots, gen::expert_store) on the MoE fixtures:
 // logits bit-identical to the all-resident decoder with 0, 1, a few and all but one device slots, in
-// prompt chunks (the grouped path, staged) and decode steps (the kernels reading through the index),
-// with promotions every step or never, across several turns; the cache record against an independent
-// count from the router's histograms; the promotion protocol (the index names a slot only after its copy
-// is committed); each policy's choice after every step (frequency: the highest decayed counts; lru: the
-// most recently selected).
+// prompt chunks (the grouped path, staged in windows of experts) and decode steps (the kernels reading through the
+// index), with promotions every step or never, across several turns; the cache record against an independent count from
+// the router's histograms; the promotion protocol (the index names a slot only after its copy is committed); each
+// policy's choice after every step (frequency: the highest decayed counts; lru: the most recently selected).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -88,7 +87,11 @@ TEST_CASE("decoder: host-resident experts give the all-resident logits bit for b
         REQUIRE(m.experts() != nullptr);
         CHECK(m.experts()->slots() == slots);
         CHECK(m.weight_bytes() < l->model.weight_bytes());  // the experts are not on the device
-        const session got = run_session(m, cache_config(rebalance), tokens);
+        // the staged chunks' experts in windows of 5, 1, 3 experts or a whole layer
+        gen::decoder_config cfg = cache_config(rebalance);
+        cfg.expert_staging_window = slots == 0 ? 5 : slots == 1 ? 1 : slots == 3 ? 3 : E;
+        CAPTURE(cfg.expert_staging_window);
+        const session got = run_session(m, cfg, tokens);
         REQUIRE(got.logits.size() == want.logits.size());
         CHECK(std::memcmp(got.logits.data(), want.logits.data(), got.logits.size() * sizeof(float)) == 0);
         CHECK(got.counts == want.counts);

@@ -35,7 +35,8 @@ std::vector<gen::decoder_config> configs() {
   v[1].n_ctx = 300, v[1].n_seq_max = 3, v[1].n_prefix_slots = 2, v[1].n_batch = 7, v[1].keep_all_logits = true;
   v[2].n_ctx = 256, v[2].n_seq_max = 12, v[2].batch_invariant = true, v[2].n_batch = 1000;  // n_batch > n_ctx
   v[3].n_ctx = 64, v[3].n_batch = 1, v[3].kv_type = kv::kv_type::f32;
-  v[4].n_ctx = 128, v[4].n_batch = 12, v[4].expert_stats = true;
+  v[4].n_ctx = 128, v[4].n_batch = 12, v[4].expert_stats = true, v[4].expert_staging_window = 3;
+  v[1].expert_staging_window = 1000;  // more than any fixture's experts: a whole layer
   return v;
 }
 
@@ -93,17 +94,35 @@ TEST_CASE("decoder: memory_needed is what init takes, by kind") {
     REQUIRE(m.experts());
     std::vector<gen::expert_layer_shape> shapes;
     Q35_OK(gen::expert_layer_shapes(l->bound.weights, shapes));
-    CHECK(gen::expert_staging_bytes(shapes, int(m.hparams().n_experts)) == m.experts()->staging_bytes());
+    const int E = int(m.hparams().n_experts);
+    // windows of W experts of the largest layer, each a window of gate+up or of down matrices
+    const auto window_bytes = [&](int W) {
+      uint64_t b = 0;
+      for (const gen::expert_layer_shape& s : shapes)
+        b = std::max<uint64_t>(b, uint64_t(std::min(W, E)) * uint64_t(std::max(s.gu_stride, s.dn_stride)));
+      return b;
+    };
+    for (const int W : {1, 3, E, E + 5}) {
+      CAPTURE(W);
+      CHECK(gen::expert_staging_bytes(shapes, E, W) == window_bytes(W));
+      CHECK(m.experts()->staging_bytes(W) == window_bytes(W));
+    }
     for (const gen::decoder_config& cfg : configs()) {
       CAPTURE(name);
       CAPTURE(cfg.n_batch);
       gen::decoder d;
       Q35_OK(d.init(m, cfg));
       gen::decoder_memory need;
-      Q35_OK(gen::decoder::memory_needed(m.hparams(), cfg, m.experts()->staging_bytes(), need));
+      Q35_OK(
+          gen::decoder::memory_needed(m.hparams(), cfg, m.experts()->staging_bytes(cfg.expert_staging_window), need));
       check_same(need, d.device_memory());
       CHECK((need.expert_staging > 0) == (std::max(std::min(cfg.n_batch, cfg.n_ctx), int64_t(cfg.n_seq_max)) > 8));
+      if (need.expert_staging) CHECK(need.expert_staging == window_bytes(cfg.expert_staging_window));
     }
+    gen::decoder_config zero;
+    zero.expert_staging_window = 0;
+    gen::decoder d;
+    CHECK(d.init(m, zero).message().find("expert staging window of 0 experts") != std::string::npos);
   }
 }
 

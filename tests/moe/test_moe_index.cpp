@@ -1,7 +1,7 @@
 // moe_ffn with experts reached through per-expert matrix indexes (moe_weights::maybe_index, an expert
 // cache): experts scattered over arenas in shuffled order, gate/up and down with different indexes,
 // give the packed tensors' outputs bit for bit on the decode kernels (with and without adaptive top-k);
-// on the grouped path, staged into packed experts (only the selected ones) first.
+// on the grouped path, staged into packed experts (only the selected ones, a window at a time) first.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -107,55 +107,91 @@ TEST_CASE("moe_ffn through an expert index: scattered experts give the packed ou
   }
 }
 
-// The grouped path (more than 8 tokens) copies the experts the call selected, and only those, into
-// the staging area, then runs the packed GEMMs on it: outputs bit-identical to the packed tensors';
-// every selected expert's staged bytes equal its matrices, every other expert's region keeps its poison.
-TEST_CASE("moe_ffn through an expert index: the grouped path stages only the selected experts" * test::needs_device()) {
+// The grouped path (more than 8 tokens) stages the experts the call selected into the staging area a
+// window at a time and runs each window's packed GEMM on it: outputs bit-identical to the packed
+// tensors' for windows of 1 expert (each window overwrites the last), of 5 (not dividing 32) and of
+// all 32 (one pass), with gate/up and down matrices of different strides.
+TEST_CASE("moe_ffn through an expert index: the grouped path stages windows of experts" * test::needs_device()) {
   for (const uint32_t type : {uint32_t(quant::type_id::q4_k), uint32_t(quant::type_id::q8_0)}) {
     CAPTURE(type);
     test::moe_case_spec s;
-    // 12 tokens x top-2 of 32 experts: at most 24 of 32 selected, so some regions must stay poisoned
     s.n_experts = 32, s.k = 2, s.n_tokens = 12, s.seed = 5300 + type;
     s.type = type, s.down_type = uint32_t(quant::type_id::q6_k);
     const test::moe_case c = test::make_moe_case(s);
     scattered sc = scatter(c, 11 + type);
-    const size_t need = launch::moe_staging_bytes(sc.w);
-    device_buffer<uint8_t> staging = test::poisoned<uint8_t>(need);
-    sc.w.maybe_index.maybe_staging = staging.data(), sc.w.maybe_index.staging_bytes = need;
-    const test::moe_run want = run(c, c.weights), got = run(c, sc.w);
-    CHECK(got.error_flag == 0);
-    CHECK(got.h == want.h);
-    test::check_moe(c, got);
-    // which experts the call selected: the float64 reference's routing (unambiguous: check_moe above)
-    std::vector<bool> selected(size_t(s.n_experts), false);
-    for (const int id : ref::moe_ffn(c.ref_w, c.x.data(), c.h0.data(), s.n_tokens, test::depths_of(s)).ids)
-      selected[size_t(id)] = true;
-    const launch::moe_weights& w = c.weights;
-    const int64_t gate_bytes = w.gate_exps.rows * w.gate_exps.row_bytes();
-    const int64_t gu_stride = 2 * gate_bytes, dn_stride = w.down_exps.rows * w.down_exps.row_bytes();
-    const size_t dn_at = (size_t(s.n_experts) * size_t(gu_stride) + 255) / 256 * 256;
+    const test::moe_run want = run(c, c.weights);
+    for (const int window : {1, 5, 32}) {
+      CAPTURE(window);
+      const size_t bytes = launch::moe_staging_bytes(sc.w, window);
+      CHECK(bytes == size_t(window) * size_t(std::max(sc.w.gate_exps.stride_bytes(), sc.w.down_exps.stride_bytes())));
+      device_buffer<uint8_t> staging = test::poisoned<uint8_t>(bytes);
+      sc.w.maybe_index.maybe_staging = staging.data(), sc.w.maybe_index.staging_bytes = bytes;
+      const test::moe_run got = run(c, sc.w);
+      CHECK(got.error_flag == 0);
+      CHECK(got.h == want.h);
+      test::check_moe(c, got);
+    }
+  }
+}
+
+// One window's copy (moe_stage_kernel through launch::detail::moe_stage_window): the window's selected
+// experts (offsets with pairs), and only those, land at their place in the window, gate+up or down
+// matrices as asked; the rest of the area keeps its poison; the packed views name the window.
+TEST_CASE("moe_ffn through an expert index: a staging window copies only its selected experts" * test::needs_device()) {
+  test::moe_case_spec s;
+  s.n_experts = 16, s.k = 2, s.n_tokens = 12, s.seed = 5400;
+  s.type = uint32_t(quant::type_id::q4_k), s.down_type = uint32_t(quant::type_id::q6_k);
+  const test::moe_case c = test::make_moe_case(s);
+  const scattered sc = scatter(c, 17);
+  const launch::moe_weights& w = c.weights;
+  const int64_t gate_bytes = w.gate_exps.rows * w.gate_exps.row_bytes();
+  const int64_t gu_stride = 2 * gate_bytes, dn_stride = w.down_exps.rows * w.down_exps.row_bytes();
+  // experts 3, 4, 7, 9 and 12 have pairs; the window is experts [4, 10)
+  const std::vector<int> pairs = {0, 0, 0, 2, 1, 0, 0, 3, 0, 1, 0, 0, 4, 0, 0, 0};
+  std::vector<int32_t> offsets(1, 0);
+  for (const int p : pairs) offsets.push_back(offsets.back() + p);
+  device_buffer<int32_t> d_offsets = test::to_device(offsets);
+  device_buffer<int> flag = test::to_device(std::vector<int>{0});
+  const int begin = 4, n = 6;
+  const std::vector<uint8_t> g = bytes_of(w.gate_exps.data, size_t(s.n_experts) * size_t(gate_bytes));
+  const std::vector<uint8_t> u = bytes_of(w.up_exps.data, size_t(s.n_experts) * size_t(gate_bytes));
+  const std::vector<uint8_t> d = bytes_of(w.down_exps.data, size_t(s.n_experts) * size_t(dn_stride));
+  for (const bool gate_up : {true, false}) {
+    CAPTURE(gate_up);
+    const int64_t stride = gate_up ? gu_stride : dn_stride;
+    const size_t bytes = size_t(n + 1) * size_t(gu_stride);  // room past the window: must stay poisoned
+    device_buffer<uint8_t> staging = test::poisoned<uint8_t>(bytes);
+    launch::moe_weights iw = sc.w;
+    iw.maybe_index.maybe_staging = staging.data(), iw.maybe_index.staging_bytes = bytes;
+    quant::weight_view packed, packed_up;
+    Q35_REQUIRE_OK(launch::detail::moe_stage_window(iw, d_offsets.data(), begin, n, gate_up, flag.data(), packed,
+                                                    packed_up, nullptr));
+    Q35_REQUIRE_OK(synchronize(nullptr));
+    CHECK(test::to_host(flag)[0] == 0);
+    CHECK(packed.data == staging.data());
+    CHECK(packed.n_mats == n);
+    CHECK(packed.stride_bytes() == stride);
+    if (gate_up) CHECK(static_cast<const uint8_t*>(packed_up.data) == staging.data() + gate_bytes);
     const std::vector<uint8_t> st = test::to_host(staging);
-    const std::vector<uint8_t> g = bytes_of(w.gate_exps.data, size_t(s.n_experts) * size_t(gate_bytes));
-    const std::vector<uint8_t> u = bytes_of(w.up_exps.data, size_t(s.n_experts) * size_t(gate_bytes));
-    const std::vector<uint8_t> d = bytes_of(w.down_exps.data, size_t(s.n_experts) * size_t(dn_stride));
-    const std::vector<uint8_t> poison = test::to_host(test::poisoned<uint8_t>(size_t(std::max(gu_stride, dn_stride))));
-    int n_selected = 0, bad = 0;
-    for (int e = 0; e < s.n_experts; ++e) {
-      const uint8_t* sg = st.data() + size_t(e) * size_t(gu_stride);
-      const uint8_t* sd = st.data() + dn_at + size_t(e) * size_t(dn_stride);
-      if (selected[size_t(e)]) {
-        ++n_selected;
-        bad += !std::equal(sg, sg + gate_bytes, g.begin() + e * gate_bytes);
-        bad += !std::equal(sg + gate_bytes, sg + gu_stride, u.begin() + e * gate_bytes);
-        bad += !std::equal(sd, sd + dn_stride, d.begin() + e * dn_stride);
+    const std::vector<uint8_t> poison = test::to_host(test::poisoned<uint8_t>(bytes));
+    int n_copied = 0, bad = 0;
+    for (int i = 0; i * stride + stride <= int64_t(bytes); ++i) {
+      const int e = begin + i;
+      const uint8_t* at = st.data() + size_t(i) * size_t(stride);
+      if (i < n && pairs[size_t(e)] > 0) {
+        ++n_copied;
+        if (gate_up) {
+          bad += !std::equal(at, at + gate_bytes, g.begin() + e * gate_bytes);
+          bad += !std::equal(at + gate_bytes, at + gu_stride, u.begin() + e * gate_bytes);
+        } else {
+          bad += !std::equal(at, at + dn_stride, d.begin() + e * dn_stride);
+        }
       } else {
-        bad += !std::equal(sg, sg + gu_stride, poison.begin());
-        bad += !std::equal(sd, sd + dn_stride, poison.begin());
+        bad += !std::equal(at, at + stride, poison.begin() + i * stride);
       }
     }
     CHECK(bad == 0);
-    CHECK(n_selected > 0);
-    CHECK(n_selected < s.n_experts);
+    CHECK(n_copied == 3);  // experts 4, 7 and 9
   }
 }
 
@@ -171,10 +207,11 @@ TEST_CASE("moe_ffn through an expert index: a missing staging area and a bad ind
   a.shape = test::shape_of(s), a.x = x.data(), a.h = h.data(), a.n_tokens = 9, a.error_flag = flag.data();
   device_buffer<uint8_t> ws = test::poisoned<uint8_t>(launch::moe_workspace_bytes(a.shape, 9));
   a.workspace = ws.data(), a.workspace_bytes = ws.bytes();
-  const std::string need = std::to_string(launch::moe_staging_bytes(sc.w)) + " needed";
+  const std::string need = std::to_string(launch::moe_staging_bytes(sc.w, 1)) + " needed for one expert (" +
+                           std::to_string(launch::moe_staging_bytes(sc.w)) + " stage all 8 at once)";
   CHECK(launch::moe_ffn(a, sc.w).message().find("0 bytes (256-byte aligned) given, " + need) != std::string::npos);
   device_buffer<uint8_t> staging;
-  Q35_REQUIRE_OK(staging.allocate(launch::moe_staging_bytes(sc.w)));
+  Q35_REQUIRE_OK(staging.allocate(launch::moe_staging_bytes(sc.w, 1)));
   sc.w.maybe_index.maybe_staging = staging.data(), sc.w.maybe_index.staging_bytes = staging.bytes() - 1;
   CHECK(launch::moe_ffn(a, sc.w).message().find(need) != std::string::npos);
   sc.w.maybe_index.staging_bytes = staging.bytes();

@@ -2,7 +2,9 @@
 // prompt GEMM (token tile i = tokens [i T, i T + T)) or the MoE grouped GEMM over the pairs that
 // kernels/moe_group.hpp grouped by expert (work tile i of expert e = sorted pairs
 // offsets[e] + (i - tile_starts[e]) T .. , at most T of them, all of expert e, weights at
-// w + e * expert_stride_bytes). The kernels (gemm_i8.hpp, gemm_mma_float.hpp) resolve their block's
+// w + e * expert_stride_bytes; a call over a window of experts [b, end) runs only their tiles, tile i
+// being tile tile_starts[b] + i of the whole grouping and expert e's weights at
+// w + (e - b) * expert_stride_bytes). The kernels (gemm_i8.hpp, gemm_mma_float.hpp) resolve their block's
 // tile once and then read x rows and write y rows through it, so the dense and grouped forms run the
 // same tile code.
 #pragma once
@@ -28,7 +30,10 @@ struct gemm_groups {
   int64_t expert_stride_bytes = 0;        // expert e's matrices start e * this after expert 0's
   int k = 1;                              // pairs per token (moe_gate_up: token = pair / k)
   int n_experts = 0;
-  int32_t max_tiles = 0;  // the grid's tile count: an upper bound of tile_starts[n_experts]
+  // The window of experts this call runs, [expert_begin, expert_end) (expert_end -1: n_experts); w is
+  // expert_begin's matrices (a staging area holding the window, launch::moe_ffn).
+  int expert_begin = 0, expert_end = -1;
+  int32_t max_tiles = 0;  // the grid's tile count: an upper bound of the window's tiles
 };
 
 // One block's tile of tokens (or sorted pairs).
@@ -52,9 +57,11 @@ Q35_DEVICE gemm_tile resolve_gemm_tile(const gemm_groups& g, int64_t n_tokens, i
     r.n = int(left < TileTokens ? left : TileTokens);
   } else {
     static_assert(TileTokens == moe_group_tile, "grouped tiles are counted in moe_group_tile pairs");
-    if (tile >= g.tile_starts[g.n_experts]) return r;  // more tiles launched than needed
+    const int begin = g.expert_begin, end = g.expert_end < 0 ? g.n_experts : g.expert_end;
+    tile += g.tile_starts[begin];
+    if (tile >= g.tile_starts[end]) return r;  // more tiles launched than needed
     // e = the last expert with tile_starts[e] <= tile (empty experts share their successor's start)
-    int lo = 0, hi = g.n_experts - 1;
+    int lo = begin, hi = end - 1;
     while (lo < hi) {
       const int mid = (lo + hi + 1) / 2;
       if (g.tile_starts[mid] <= tile)
@@ -65,7 +72,7 @@ Q35_DEVICE gemm_tile resolve_gemm_tile(const gemm_groups& g, int64_t n_tokens, i
     r.first = g.offsets[lo] + (tile - g.tile_starts[lo]) * TileTokens;
     const int64_t left = g.offsets[lo + 1] - r.first;
     r.n = int(left < TileTokens ? left : TileTokens);
-    r.w_offset_bytes = int64_t(lo) * g.expert_stride_bytes;
+    r.w_offset_bytes = int64_t(lo - begin) * g.expert_stride_bytes;
   }
   return r;
 }

@@ -1,8 +1,10 @@
 // moe_stage_kernel: the grouped (prefill) path of a layer whose experts are reached through an expert
 // index (moe_weights::maybe_index: some in device slots, the rest in mapped host memory) copies the
-// experts the call selected, and only those, into packed staging: expert e's gate+up matrices at
-// dst_gu + e * gu_stride, its down matrix at dst_dn + e * dn_stride, the layout of the packed tensors
-// the grouped GEMMs read. An expert without pairs (moe_group's offsets) is not copied (nor read by
+// experts the call selected, and only those, into packed staging, a window of experts at a time
+// ([expert_begin, expert_begin + grid.y)): expert e's gate+up matrices at
+// dst_gu + (e - expert_begin) * gu_stride, or its down matrix at dst_dn + (e - expert_begin) * dn_stride
+// (one of the two per launch: the other destination is null), the layout of the packed tensors the
+// grouped GEMMs read. An expert without pairs (moe_group's offsets) is not copied (nor read by
 // the GEMMs); one in a slot is copied within device memory; one in host memory crosses the bus once,
 // read by this kernel (zero-copy), however many of the call's tokens chose it.
 #pragma once
@@ -27,18 +29,18 @@ struct moe_stage_kernel {
     const int32_t* index_dn;  // [n_experts] of its down
     const uint8_t* src_gu;    // expert e's gate+up: src_gu + index_gu[e] * gu_stride (gu_stride bytes)
     const uint8_t* src_dn;    // its down: src_dn + index_dn[e] * dn_stride
-    uint8_t* dst_gu;          // [n_experts][gu_stride] packed
-    uint8_t* dst_dn;          // [n_experts][dn_stride] packed
+    uint8_t* dst_gu;          // [n_window][gu_stride] packed, or null: gate+up not copied
+    uint8_t* dst_dn;          // [n_window][dn_stride] packed, or null: down not copied
     int64_t gu_stride, dn_stride;
-    int n_experts;
-    int32_t n_virtual;  // every valid index lies in [0, n_virtual)
-    int* error_flag;    // set to 1 for a selected expert whose index is outside [0, n_virtual)
+    int expert_begin, n_window;  // the window: experts [expert_begin, expert_begin + n_window)
+    int32_t n_virtual;           // every valid index lies in [0, n_virtual)
+    int* error_flag;             // set to 1 for a selected expert whose index is outside [0, n_virtual)
   };
   static constexpr int threads = 256;
-  // Blocks per expert: enough for the bus (35B-A3B: 256 experts x 8 blocks of 256 threads).
+  // Blocks per expert: enough for the bus (a window of 64 experts x 8 blocks of 256 threads).
   static constexpr int blocks_per_expert = 8;
   struct shared_storage {};
-  static dim3 grid(const params& p) { return dim3(unsigned(blocks_per_expert), unsigned(p.n_experts)); }
+  static dim3 grid(const params& p) { return dim3(unsigned(blocks_per_expert), unsigned(p.n_window)); }
 
   static Q35_DEVICE void copy_units(uint8_t* dst, const uint8_t* src, int64_t bytes) {
     const int64_t n = bytes / Unit, stride = int64_t(blocks_per_expert) * threads;
@@ -55,15 +57,18 @@ struct moe_stage_kernel {
   }
 
   Q35_DEVICE void operator()(const params& p, shared_storage&) const {
-    const int e = int(arch::block_idx().y);
+    const int w = int(arch::block_idx().y), e = p.expert_begin + w;
     if (p.offsets[e + 1] == p.offsets[e]) return;  // not selected by this call
-    const int32_t gi = p.index_gu[e], di = p.index_dn[e];
-    if (gi < 0 || gi >= p.n_virtual || di < 0 || di >= p.n_virtual) {
+    const bool gu = p.dst_gu != nullptr;
+    const int32_t i = gu ? p.index_gu[e] : p.index_dn[e];
+    if (i < 0 || i >= p.n_virtual) {
       if (arch::thread_rank() == 0) *p.error_flag = 1;
       return;
     }
-    copy_units(p.dst_gu + int64_t(e) * p.gu_stride, p.src_gu + int64_t(gi) * p.gu_stride, p.gu_stride);
-    copy_units(p.dst_dn + int64_t(e) * p.dn_stride, p.src_dn + int64_t(di) * p.dn_stride, p.dn_stride);
+    if (gu)
+      copy_units(p.dst_gu + int64_t(w) * p.gu_stride, p.src_gu + int64_t(i) * p.gu_stride, p.gu_stride);
+    else
+      copy_units(p.dst_dn + int64_t(w) * p.dn_stride, p.src_dn + int64_t(i) * p.dn_stride, p.dn_stride);
   }
 };
 

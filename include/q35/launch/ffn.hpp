@@ -23,9 +23,10 @@ struct dense_ffn_weights {
 // the rest in mapped host memory): expert e's gate/up matrices are matrix gate_up[e] of the
 // gate_exps/up_exps views (data + gate_up[e] * stride), its down matrix down[e] of down_exps. The
 // decode kernels read through it. The grouped (prefill) path's GEMMs read packed experts: it first
-// copies the experts the call selected (only those: kernels/moe_stage.hpp) into `maybe_staging`
-// (launch::moe_staging_bytes; the up matrix must lie within the gate's stride, as in a merged
-// ffn_gate_up_exps tensor), which a call of more than moe_decode_max_tokens tokens needs.
+// copies the experts the call selected (only those: kernels/moe_stage.hpp) into `maybe_staging`, as
+// many at a time as it holds (launch::moe_staging_bytes: one expert at least, all of them for one
+// pass; the up matrix must lie within the gate's stride, as in a merged ffn_gate_up_exps tensor),
+// which a call of more than moe_decode_max_tokens tokens needs.
 struct moe_expert_index {
   const int32_t* gate_up = nullptr;  // [n_experts], device
   const int32_t* down = nullptr;     // [n_experts], device

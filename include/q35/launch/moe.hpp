@@ -205,18 +205,22 @@ inline size_t moe_workspace_bytes(const ffn_shape& s, int64_t max_tokens) {
   return std::max(grouped, decode);
 }
 
-// The layout of moe_expert_index::maybe_staging for the grouped path of n_experts indexed experts:
-// n_experts gate strides (gate+up), then, 256-byte aligned, n_experts down strides. Known from the
-// strides alone (a memory planner sizes it before any weight is loaded).
-inline size_t moe_staging_down_offset(int64_t n_experts, int64_t gate_stride_bytes) {
-  return detail::align_256(size_t(n_experts) * size_t(gate_stride_bytes));
+// The grouped path of an indexed layer stages its selected experts a window at a time: the gate+up
+// matrices of a window of experts (gate strides), their GEMM, then likewise the down matrices, so an
+// area of B bytes holds B / gate_stride experts in a gate/up window and B / down_stride in a down
+// window (all the experts: one pass of each). Bytes of an area for windows of n_window experts, known
+// from the strides alone (a memory planner sizes it before any weight is loaded):
+inline size_t moe_staging_bytes(int64_t n_window, int64_t gate_stride_bytes, int64_t down_stride_bytes) {
+  return size_t(n_window) * size_t(std::max(gate_stride_bytes, down_stride_bytes));
 }
-inline size_t moe_staging_bytes(int64_t n_experts, int64_t gate_stride_bytes, int64_t down_stride_bytes) {
-  return moe_staging_down_offset(n_experts, gate_stride_bytes) + size_t(n_experts) * size_t(down_stride_bytes);
+// ... for windows of n_window of these experts (all of them by default).
+inline size_t moe_staging_bytes(const moe_weights& w, int64_t n_window = -1) {
+  return moe_staging_bytes(n_window < 0 ? w.gate_exps.n_mats : std::min<int64_t>(n_window, w.gate_exps.n_mats),
+                           w.gate_exps.stride_bytes(), w.down_exps.stride_bytes());
 }
-// ... for these experts (n_mats of them).
-inline size_t moe_staging_bytes(const moe_weights& w) {
-  return moe_staging_bytes(w.gate_exps.n_mats, w.gate_exps.stride_bytes(), w.down_exps.stride_bytes());
+// The experts of one window of matrices of `stride` bytes that `staging_bytes` hold, at most n_experts.
+inline int moe_staging_window(size_t staging_bytes, int64_t stride, int n_experts) {
+  return int(std::min<int64_t>(n_experts, int64_t(staging_bytes / size_t(stride))));
 }
 
 // Checks shapes, views and workspace; the message names the bad value.
@@ -263,14 +267,16 @@ inline status validate_moe(const ffn_layer_args& a, const moe_weights& w) {
     if (!w.maybe_index.down || w.maybe_index.n_virtual < 1)
       return detail::bad_ffn(fn, "maybe_index: down is null or n_virtual = " + str(w.maybe_index.n_virtual) + " < 1");
     if (a.n_tokens > moe_decode_max_tokens) {
-      const size_t need = moe_staging_bytes(w);
+      const size_t need = moe_staging_bytes(w, 1);
       if (!w.maybe_index.maybe_staging || w.maybe_index.staging_bytes < need ||
           reinterpret_cast<uintptr_t>(w.maybe_index.maybe_staging) % 256 != 0)
         return detail::bad_ffn(fn, str(a.n_tokens) +
                                        " tokens take the grouped path, which copies the selected experts of an "
                                        "indexed layer into maybe_index.maybe_staging: " +
                                        str(int64_t(w.maybe_index.staging_bytes)) + " bytes (256-byte aligned) given, " +
-                                       str(int64_t(need)) + " needed");
+                                       str(int64_t(need)) + " needed for one expert (" +
+                                       str(int64_t(moe_staging_bytes(w))) + " stage all " + str(s.n_experts) +
+                                       " at once)");
       const int64_t up_offset =
           static_cast<const uint8_t*>(w.up_exps.data) - static_cast<const uint8_t*>(w.gate_exps.data);
       const int64_t gate_bytes = w.gate_exps.rows * w.gate_exps.row_bytes();
@@ -339,35 +345,37 @@ status moe_grouped_projection(const char* name, const quant::weight_view& w, con
   });
 }
 
-// The experts of an indexed layer that the grouped call selected (offsets: moe_group's), copied from
-// where its index places them into w.maybe_index.maybe_staging; `packed`: w with views of the
-// staging (no index), which the grouped GEMMs read. Experts without pairs are not copied.
+// The experts of window [begin, begin + n_window) of an indexed layer that the grouped call selected
+// (offsets: moe_group's), copied from where its index places them into w.maybe_index.maybe_staging:
+// their gate+up matrices (gate_up) or their down matrices; `packed`: the window's view of that
+// matrix (expert `begin` first), which the grouped GEMM of the window reads. Experts without pairs
+// are not copied.
 template <int = 0>
-inline status moe_stage_selected(const moe_weights& w, const int32_t* offsets, int n_experts, int* error_flag,
-                                 moe_weights& packed, stream_t stream) {
+inline status moe_stage_window(const moe_weights& w, const int32_t* offsets, int begin, int n_window, bool gate_up,
+                               int* error_flag, quant::weight_view& packed, quant::weight_view& packed_up,
+                               stream_t stream) {
   const moe_expert_index& ix = w.maybe_index;
-  auto* dst_gu = static_cast<uint8_t*>(ix.maybe_staging);
-  uint8_t* dst_dn = dst_gu + moe_staging_down_offset(n_experts, w.gate_exps.stride_bytes());
+  auto* dst = static_cast<uint8_t*>(ix.maybe_staging);
   const auto* src_gu = static_cast<const uint8_t*>(w.gate_exps.data);
   const auto* src_dn = static_cast<const uint8_t*>(w.down_exps.data);
   const int64_t gu_stride = w.gate_exps.stride_bytes(), dn_stride = w.down_exps.stride_bytes();
-  const int64_t up_offset = static_cast<const uint8_t*>(w.up_exps.data) - src_gu;
-  const uintptr_t bits = reinterpret_cast<uintptr_t>(src_gu) | reinterpret_cast<uintptr_t>(src_dn) |
-                         reinterpret_cast<uintptr_t>(dst_dn) | uintptr_t(gu_stride) | uintptr_t(dn_stride);
+  const uintptr_t bits = reinterpret_cast<uintptr_t>(gate_up ? src_gu : src_dn) | reinterpret_cast<uintptr_t>(dst) |
+                         uintptr_t(gate_up ? gu_stride : dn_stride);
   const int unit = bits % 16 == 0 ? 16 : bits % 4 == 0 ? 4 : 1;
   const status st = dispatch<16, 4, 1>(unit, [&](auto u) -> status {
     using kernel = kernels::moe_stage_kernel<decltype(u)::value>;
-    return launch<kernel>(typename kernel::params{offsets, ix.gate_up, ix.down, src_gu, src_dn, dst_gu, dst_dn,
-                                                  gu_stride, dn_stride, n_experts, ix.n_virtual, error_flag},
+    return launch<kernel>(typename kernel::params{offsets, ix.gate_up, ix.down, src_gu, src_dn, gate_up ? dst : nullptr,
+                                                  gate_up ? nullptr : dst, gu_stride, dn_stride, begin, n_window,
+                                                  ix.n_virtual, error_flag},
                           stream);
   });
   if (!st.ok()) return st;
-  packed = w;
-  packed.gate_exps.data = dst_gu, packed.gate_exps.n_mats = n_experts, packed.gate_exps.mat_stride_bytes = gu_stride;
-  packed.up_exps.data = dst_gu + up_offset, packed.up_exps.n_mats = n_experts;
-  packed.up_exps.mat_stride_bytes = gu_stride;
-  packed.down_exps.data = dst_dn, packed.down_exps.n_mats = n_experts, packed.down_exps.mat_stride_bytes = dn_stride;
-  packed.maybe_index = {};
+  const quant::weight_view& m = gate_up ? w.gate_exps : w.down_exps;
+  packed = m, packed.data = dst, packed.n_mats = n_window;
+  if (gate_up) {
+    packed_up = w.up_exps, packed_up.n_mats = n_window;
+    packed_up.data = dst + (static_cast<const uint8_t*>(w.up_exps.data) - src_gu);
+  }
   return status::success();
 }
 
@@ -394,10 +402,6 @@ inline status moe_grouped(const ffn_layer_args& a, const moe_weights& w, const m
   g.n_pairs = n_pairs, g.n_experts = s.n_experts, g.error_flag = a.error_flag;
   g.temp = ws + l.group_temp, g.temp_bytes = l.y - l.group_temp;
   Q35_TRY(moe_group(g, stream));
-  // indexed experts: the selected ones copied into packed staging, which the GEMMs read (moe_stage.hpp)
-  moe_weights packed = w;
-  if (!w.maybe_index.empty()) Q35_TRY(moe_stage_selected(w, offsets, s.n_experts, a.error_flag, packed, stream));
-
   // x split once for the integer-format GEMMs that read it (the routed gate/up, the shared gate/up)
   quant::act8x2_view x8;
   const bool sh_i8 = shared && matmul_gemm_i8_path(w.shexp_gate, a.n_tokens);
@@ -418,18 +422,38 @@ inline status moe_grouped(const ffn_layer_args& a, const moe_weights& w, const m
   kernels::gemm_groups groups;
   groups.sorted_pairs = sorted_pairs, groups.offsets = offsets, groups.tile_starts = tile_starts;
   groups.k = s.n_experts_used, groups.n_experts = s.n_experts;
-  groups.max_tiles = int32_t(ceil_div<int64_t>(n_pairs, kernels::moe_group_tile) + s.n_experts);
+  // Each projection runs over windows of experts: all of them at once for packed tensors; for an
+  // indexed layer as many as its staging area holds, each window's selected experts copied into it
+  // (moe_stage.hpp) before the window's GEMM, which the stream orders before the next window's copy.
+  // A tile is one expert's, so the windows compute every output exactly as one pass would.
+  const bool indexed = !w.maybe_index.empty();
+  const auto windows = [&](const quant::weight_view& m, bool gate_up, auto&& gemm) -> status {
+    const int n_window =
+        indexed ? moe_staging_window(w.maybe_index.staging_bytes, m.stride_bytes(), s.n_experts) : s.n_experts;
+    for (int begin = 0; begin < s.n_experts; begin += n_window) {
+      const int n = std::min(n_window, s.n_experts - begin);
+      quant::weight_view packed = gate_up ? w.gate_exps : w.down_exps, packed_up = gate_up ? w.up_exps : w.down_exps;
+      if (indexed) Q35_TRY(moe_stage_window(w, offsets, begin, n, gate_up, a.error_flag, packed, packed_up, stream));
+      groups.expert_begin = begin, groups.expert_end = begin + n;
+      groups.max_tiles = int32_t(ceil_div<int64_t>(n_pairs, kernels::moe_group_tile) + n);
+      groups.expert_stride_bytes = m.stride_bytes();
+      Q35_TRY(gemm(packed, packed_up));
+    }
+    return status::success();
+  };
   // act[i] = silu(W_gate[e] x[pair_i / k]) * (W_up[e] x[pair_i / k]) in sorted order
-  groups.expert_stride_bytes = packed.gate_exps.stride_bytes();
-  Q35_TRY(moe_grouped_projection<kernels::gemm_rows::moe_gate_up>("gate_exps", packed.gate_exps, packed.up_exps, a.x,
-                                                                  x8, act, a.n_tokens, groups, stream));
+  Q35_TRY(windows(w.gate_exps, true, [&](const quant::weight_view& gw, const quant::weight_view& uw) {
+    return moe_grouped_projection<kernels::gemm_rows::moe_gate_up>("gate_exps", gw, uw, a.x, x8, act, a.n_tokens,
+                                                                   groups, stream);
+  }));
   // y[pair_i] = W_down[e] act[i]
   quant::act8x2_view act8;
   if (moe_grouped_gemm_i8_path(w.down_exps))
     Q35_TRY(quantize_act8x2(act, n_pairs, s.expert_ff_dim, ws + l.act8, l.mm - l.act8, act8, stream));
-  groups.expert_stride_bytes = packed.down_exps.stride_bytes();
-  Q35_TRY(moe_grouped_projection<kernels::gemm_rows::moe_down>("down_exps", packed.down_exps, {}, act, act8, y, n_pairs,
-                                                               groups, stream));
+  Q35_TRY(windows(w.down_exps, false, [&](const quant::weight_view& d, const quant::weight_view&) {
+    return moe_grouped_projection<kernels::gemm_rows::moe_down>("down_exps", d, {}, act, act8, y, n_pairs, groups,
+                                                                stream);
+  }));
   // h += sum_j w_j y_j + gate * sh_y
   kernels::moe_combine_kernel::params c{y,
                                         ids,
