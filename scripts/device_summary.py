@@ -29,7 +29,8 @@ def kernels(data):
         t = b.get("real_time", 0.0)
         unit = b.get("time_unit", "ns")
         us = t / 1000.0 if unit == "ns" else t * 1000.0 if unit == "ms" else t
-        print(f"{b['name'][:60]:60s} {us:10.2f} {b.get('GB/s', 0.0):9.1f} {b.get('%copy_bw', 0.0):7.1f} "
+        gbps = b.get('GB/s', b.get('expert_GB/s', 0.0))  # bm_moe_indexed: the experts' bytes
+        print(f"{b['name'][:60]:60s} {us:10.2f} {gbps:9.1f} {b.get('%copy_bw', 0.0):7.1f} "
               f"{b.get('TFLOPS', 0.0):7.1f}")
 
 
@@ -55,19 +56,25 @@ def vram(data):
           f"copy {data.get('copy_gbps')} GB/s):")
     print(f"{'model':26s} {'budget GiB':>10s} {'slots':>9s} {'pp tok/s':>9s} {'tg tok/s':>9s} {'hit %':>6s} "
           f"{'host MB/tok':>11s} {'%roof':>6s}  logits")
-    # the all-resident row of each model, per context: a budget row must have its logits digest
-    resident = {(m["name"], d["context"]): d.get("logits_digest") for m in data.get("models", [])
-                if "skipped" not in m and m.get("expert_slots", -1) < 0 for d in m.get("decode", [])}
+    # the all-resident row of each model, per context and prompt length: a budget row must have its
+    # logits digests (after the tg run; after each prompt, the staged path)
+    rows = [m for m in data.get("models", []) if "skipped" not in m and m.get("expert_slots", -1) < 0]
+    resident = {(m["name"], d["context"]): d.get("logits_digest") for m in rows for d in m.get("decode", [])}
+    resident_pp = {(m["name"], p["tokens"]): p.get("logits_digest") for m in rows for p in m.get("prefill", [])}
     for m in data.get("models", []):
         gib = m.get("vram_budget", 0) / 2**30
         if "skipped" in m:
             print(f"{m['name'][:26]:26s} {gib:10.1f} skipped: {m['skipped'][:200]}")
             continue
         pp = m["prefill"][0]["tok_s"] if m.get("prefill") else 0
+        pp_differ = [p["tokens"] for p in m.get("prefill", [])
+                     if resident_pp.get((m["name"], p["tokens"]), p.get("logits_digest")) != p.get("logits_digest")]
         for d in m.get("decode", []):
             ref = resident.get((m["name"], d["context"]))
             same = ("resident" if m["expert_slots"] < 0 else "no resident row" if ref is None
                     else "= resident" if ref == d.get("logits_digest") else "DIFFER")
+            if m["expert_slots"] >= 0 and pp_differ:
+                same += ", prompts DIFFER (pp" + ",".join(str(t) for t in pp_differ) + ")"
             print(f"{m['name'][:26]:26s} {gib:10.1f} {m['expert_slots']:4d}/{m['n_experts']:<4d} {pp:9.0f} "
                   f"{d['tok_s']:9.1f} {100 * d.get('expert_hit_rate', 1):6.1f} "
                   f"{d.get('host_bytes_per_token', 0) / 1e6:11.1f} {d['roofline_pct'] or 0:6.1f}  {same}")

@@ -234,19 +234,25 @@ class model_bench {
     check(dec_.clear(), "clear");
   }
 
-  // Prefill tokens/s of a prompt of n tokens from an empty context (median of 3 for short prompts).
-  double prefill(int64_t n) {
+  // Prefill tokens/s of a prompt of n tokens from an empty context (median of 3 for short prompts),
+  // and its last logits' digest. The prompt depends on n alone (as decode's on its context).
+  prefill_result prefill(int64_t n) {
+    prefill_result r;
+    r.tokens = n;
+    std::mt19937_64 prompt_rng(20261204u + uint64_t(n));
+    const std::vector<int32_t> ids = random_ids(n, prompt_rng);
     std::vector<double> s;
-    for (int r = 0; r < (n <= 1024 ? 3 : 1); ++r) {
+    for (int k = 0; k < (n <= 1024 ? 3 : 1); ++k) {
       check(dec_.clear(), "clear");
-      const std::vector<int32_t> ids = random_ids(n);
       const auto t0 = clock_type::now();
       check(dec_.eval(ids), "prefill");
       check(synchronize(dec_.stream()), "prefill");
       s.push_back(seconds_since(t0));
     }
     std::sort(s.begin(), s.end());
-    return double(n) / s[s.size() / 2];
+    r.tok_s = double(n) / s[s.size() / 2];
+    r.logits_digest = last_logits_digest(nullptr);
+    return r;
   }
 
   // tg after a prompt of `c` tokens, then the step breakdown there.
@@ -279,16 +285,7 @@ class model_bench {
     }
     std::sort(ids.begin(), ids.end());
     r.distinct_ids = int(std::unique(ids.begin(), ids.end()) - ids.begin());
-    std::vector<float> logits;
-    check(dec_.last_logits(logits), "logits");
-    uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the float bits
-    for (float v : logits) {
-      r.finite = r.finite && std::isfinite(v);
-      uint32_t u;
-      std::memcpy(&u, &v, 4);
-      for (int k = 0; k < 4; ++k) h = (h ^ ((u >> (8 * k)) & 0xffu)) * 0x100000001b3ull;
-    }
-    r.logits_digest = h;
+    r.logits_digest = last_logits_digest(&r.finite);
     r.b = breakdown(id);
     return r;
   }
@@ -317,6 +314,20 @@ class model_bench {
       t.host_bytes += c.host_bytes, t.promotions += c.promotions;
     }
     return t;
+  }
+
+  // FNV-1a over the bits of the last logits; *finite (if given) is cleared by a non-finite logit.
+  uint64_t last_logits_digest(bool* finite) {
+    std::vector<float> logits;
+    check(dec_.last_logits(logits), "logits");
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (float v : logits) {
+      if (finite) *finite = *finite && std::isfinite(v);
+      uint32_t u;
+      std::memcpy(&u, &v, 4);
+      for (int k = 0; k < 4; ++k) h = (h ^ ((u >> (8 * k)) & 0xffu)) * 0x100000001b3ull;
+    }
+    return h;
   }
 
   std::vector<int32_t> random_ids(int64_t n) { return random_ids(n, rng_); }
@@ -391,8 +402,8 @@ void run_model(model_result& r, const gen::device_model& m,
   b.warm_up();
   r.graphs = b.graphs();
   for (int64_t p : plan.prompts) {
-    r.prefill.emplace_back(p, b.prefill(p));
-    std::fprintf(stderr, "  %s pp%lld: %.1f tok/s\n", r.name.c_str(), (long long)p, r.prefill.back().second);
+    r.prefill.push_back(b.prefill(p));
+    std::fprintf(stderr, "  %s pp%lld: %.1f tok/s\n", r.name.c_str(), (long long)p, r.prefill.back().tok_s);
   }
   for (int64_t c : plan.contexts) {
     context_result d = b.decode(c);

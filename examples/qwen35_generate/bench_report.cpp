@@ -36,6 +36,14 @@ bool check_resident_digests(std::ostream& out, const std::vector<model_result>& 
     if (!r.skipped.empty() || r.slots < 0) continue;
     for (const model_result& a : results) {
       if (a.name != r.name || !a.skipped.empty() || a.slots >= 0) continue;
+      for (const prefill_result& p : r.prefill)
+        for (const prefill_result& q : a.prefill) {
+          if (p.tokens != q.tokens) continue;
+          const bool eq = p.logits_digest == q.logits_digest;
+          same = same && eq;
+          out << r.name << budget_tag(r) << ", pp" << p.tokens << ": logits after the prompt "
+              << (eq ? "bit-identical to" : "DIFFER from") << " the all-resident row" << budget_tag(a) << "\n";
+        }
       for (const context_result& d : r.decode)
         for (const context_result& e : a.decode) {
           if (d.context != e.context) continue;
@@ -81,7 +89,8 @@ void write_json(const std::string& path, const device_facts& dev, const bench_pl
       << ",\n     \"weight_bytes_per_token\": " << num(r.weight_bytes_per_token, 0)
       << ", \"gdn_state_bytes_per_token\": " << num(r.state_bytes_per_token, 0) << ",\n     \"prefill\": [";
     for (size_t k = 0; k < r.prefill.size(); ++k)
-      f << (k ? ", " : "") << "{\"tokens\": " << r.prefill[k].first << ", \"tok_s\": " << num(r.prefill[k].second, 1)
+      f << (k ? ", " : "") << "{\"tokens\": " << r.prefill[k].tokens << ", \"tok_s\": " << num(r.prefill[k].tok_s, 1)
+        << ", \"logits_digest\": \"" << hex64(r.prefill[k].logits_digest) << "\""
         << "}";
     f << "],\n     \"decode\": [";
     for (size_t k = 0; k < r.decode.size(); ++k) {
@@ -124,12 +133,12 @@ void print_table(std::ostream& out, const device_facts& dev, const bench_plan& p
       continue;
     }
     std::string pp;
-    for (const auto& [n, t] : r.prefill) {
+    for (const prefill_result& p : r.prefill) {
       if (!pp.empty()) pp += ' ';
       pp += "pp";
-      pp += std::to_string(n);
+      pp += std::to_string(p.tokens);
       pp += '=';
-      pp += num(t, 0);
+      pp += num(p.tok_s, 0);
     }
     for (size_t k = 0; k < r.decode.size(); ++k) {
       const context_result& d = r.decode[k];

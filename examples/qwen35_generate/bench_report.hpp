@@ -46,6 +46,15 @@ struct step_breakdown {
   double graph_forward_ms = 0;  // the same step as the decoder runs it (graph replay on CUDA)
 };
 
+// A prefill row: tokens/s of a prompt of `tokens` tokens, and the FNV-1a of the bits of its last
+// logits (the prompt depends only on its length, so rows of one model under any plan that computed
+// the same thing have equal digests).
+struct prefill_result {
+  int64_t tokens = 0;
+  double tok_s = 0;
+  uint64_t logits_digest = 0;
+};
+
 struct context_result {
   int64_t context = 0;
   double tok_s = 0, ms_per_token = 0;
@@ -71,7 +80,7 @@ struct model_result {
   int slots = -1, n_experts = 0;
   std::string plan;
   double weight_bytes_per_token = 0, state_bytes_per_token = 0;
-  std::vector<std::pair<int64_t, double>> prefill;  // (tokens, tokens/s)
+  std::vector<prefill_result> prefill;
   std::vector<context_result> decode;
   bool graphs = false;
 };
@@ -86,9 +95,9 @@ void write_json(const std::string& path, const device_facts& dev, const bench_pl
 // The summary table: a row per model and context, the expert line, the step split.
 void print_table(std::ostream& out, const device_facts& dev, const bench_plan& plan,
                  const std::vector<model_result>& results);
-// Rows with host-resident experts against the all-resident row of the same model and context in the
-// same run (a --vram budget that holds everything): one line each into `out`; false when a digest
-// differs (the expert cache changed a logit).
+// Rows with host-resident experts against the all-resident row of the same model and prompt length
+// (prefill: the staged grouped path) or context (decode) in the same run (a --vram budget that holds
+// everything): one line each into `out`; false when a digest differs (the expert cache changed a logit).
 bool check_resident_digests(std::ostream& out, const std::vector<model_result>& results);
 // bench_<device name>.json
 std::string default_json_path(const device_facts& dev);

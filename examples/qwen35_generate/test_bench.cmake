@@ -128,9 +128,10 @@ endif()
 # --vram budgets: one row per budget. 6.5M holds the tiny MoE model's non-expert part and a slot per
 # layer (its experts in host memory: a hit rate and host bytes per token); 1G holds everything (no
 # expert fields); 200K is below the non-expert part (skipped, naming both numbers). The same with a
-# file (-m) and with a fixed --expert-cache.
+# file (-m) and with a fixed --expert-cache. The 20-token prompt takes the grouped path (its experts
+# staged), the 8-token one the decode kernels (reading through the index).
 set(json3 "${Q35_WORK_DIR}/bench_sim_vram.json")
-execute_process(COMMAND "${Q35_CLI}" --bench --bench-model tiny-moe --vram 6.5M,1G,200K --bench-ctx 0 --bench-pp 8 -n 24
+execute_process(COMMAND "${Q35_CLI}" --bench --bench-model tiny-moe --vram 6.5M,1G,200K --bench-ctx 0 --bench-pp 8,20 -n 24
                         --bench-json "${json3}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   fail("--bench --vram exited with ${rc}: ${err}")
@@ -170,6 +171,17 @@ else()
   if(pos EQUAL -1 OR NOT dig0 STREQUAL dig1 OR NOT dig0 MATCHES "^[0-9a-f]+$")
     fail("--bench --vram: host-resident logits against all-resident: digests '${dig0}', '${dig1}':\n${out}")
   endif()
+  # ... and after each prompt
+  foreach(k 0 1)
+    string(JSON n GET "${j}" models 0 prefill ${k} tokens)
+    string(JSON pd0 GET "${j}" models 0 prefill ${k} logits_digest)
+    string(JSON pd1 GET "${j}" models 1 prefill ${k} logits_digest)
+    string(FIND "${out}" "@ 6.50 MiB, pp${n}: logits after the prompt bit-identical to the all-resident row @ 1.00 GiB"
+           pos)
+    if(pos EQUAL -1 OR NOT pd0 STREQUAL pd1 OR NOT pd0 MATCHES "^[0-9a-f]+$" OR pd0 STREQUAL dig0)
+      fail("--bench --vram: pp${n} host-resident logits against all-resident: '${pd0}', '${pd1}':\n${out}")
+    endif()
+  endforeach()
 endif()
 execute_process(COMMAND "${Q35_CLI}" --bench -m "${Q35_TEST_DATA_DIR}/tiny_moe_q4km.gguf" --expert-cache 2 --bench-ctx 0
                         --bench-pp 8 -n 4 --bench-json "${json3}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
