@@ -32,26 +32,26 @@ std::string hex64(uint64_t v) {
 
 bool check_resident_digests(std::ostream& out, const std::vector<model_result>& results) {
   bool same = true;
+  // rows of r and of the all-resident a with equal keys: their digests, one line each
+  const auto compare = [&](const model_result& r, const model_result& a, const auto& mine, const auto& theirs, auto key,
+                           const char* what, const char* after) {
+    for (const auto& d : mine)
+      for (const auto& e : theirs) {
+        if (key(d) != key(e)) continue;
+        const bool eq = d.logits_digest == e.logits_digest;
+        same = same && eq;
+        out << r.name << budget_tag(r) << ", " << what << key(d) << ": logits after " << after << " "
+            << (eq ? "bit-identical to" : "DIFFER from") << " the all-resident row" << budget_tag(a) << "\n";
+      }
+  };
   for (const model_result& r : results) {
     if (!r.skipped.empty() || r.slots < 0) continue;
     for (const model_result& a : results) {
       if (a.name != r.name || !a.skipped.empty() || a.slots >= 0) continue;
-      for (const prefill_result& p : r.prefill)
-        for (const prefill_result& q : a.prefill) {
-          if (p.tokens != q.tokens) continue;
-          const bool eq = p.logits_digest == q.logits_digest;
-          same = same && eq;
-          out << r.name << budget_tag(r) << ", pp" << p.tokens << ": logits after the prompt "
-              << (eq ? "bit-identical to" : "DIFFER from") << " the all-resident row" << budget_tag(a) << "\n";
-        }
-      for (const context_result& d : r.decode)
-        for (const context_result& e : a.decode) {
-          if (d.context != e.context) continue;
-          const bool eq = d.logits_digest == e.logits_digest;
-          same = same && eq;
-          out << r.name << budget_tag(r) << ", ctx " << d.context << ": logits after tg "
-              << (eq ? "bit-identical to" : "DIFFER from") << " the all-resident row" << budget_tag(a) << "\n";
-        }
+      compare(
+          r, a, r.prefill, a.prefill, [](const prefill_result& p) { return p.tokens; }, "pp", "the prompt");
+      compare(
+          r, a, r.decode, a.decode, [](const context_result& d) { return d.context; }, "ctx ", "tg");
     }
   }
   return same;
