@@ -225,6 +225,9 @@ void scheduler::end(size_t i, outcome why, std::string error) {
       ++metrics_.requests_failed;
     else
       ++metrics_.requests_finished;
+    // the sequence and its pages are free before its client hears of the end: a /metrics read after
+    // the response never shows them still held
+    publish_occupancy();
   }
   notify_done(a.w, {why, std::move(error), int64_t(a.w.req.prompt.size()), a.drawn});
 }
@@ -259,6 +262,10 @@ void scheduler::publish() {
   if (rate_samples_.empty() || now - rate_samples_.back().first >= std::chrono::milliseconds(250))
     rate_samples_.emplace_back(now, metrics_.tokens_generated);
   while (rate_samples_.size() >= 2 && rate_samples_[1].first <= now - rate_window) rate_samples_.pop_front();
+  publish_occupancy();
+}
+
+void scheduler::publish_occupancy() {
   metrics_.active_sequences = int64_t(active_.size());
   metrics_.kv_pages_total = d_->pages_total();
   metrics_.kv_pages_used = d_->pages_total() - d_->pages_free();
@@ -289,6 +296,10 @@ bool scheduler::step_once() {
       it = queue_.erase(it);
       ++metrics_.requests_cancelled;
     }
+  }
+  if (!dropped.empty()) {
+    std::lock_guard<std::mutex> lk(queue_m_);
+    publish_occupancy();  // the queue without them, before they hear of it
   }
   for (waiting& w : dropped) notify_done(w, {outcome::cancelled, {}, int64_t(w.req.prompt.size()), 0});
   work |= !dropped.empty();

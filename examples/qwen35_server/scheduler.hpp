@@ -223,6 +223,8 @@ class scheduler {
   static void notify_done(waiting& w, const finish_info& f);
   void loop();
   void publish();  // the step thread's view of pages and sequences into metrics_
+  // ... its occupancy part (sequences, pages, queue, prefix cache); queue_m_ held
+  void publish_occupancy();
   std::vector<int64_t> checkpoint_positions(const std::vector<int32_t>& prompt) const;
   // The index in prefixes_ of the longest checkpoint whose tokens are prompt[0, c) for a c in cuts; -1.
   int find_prefix(const std::vector<int32_t>& prompt, const std::vector<int64_t>& cuts, int64_t min_len = 1) const;

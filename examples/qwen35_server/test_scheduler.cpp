@@ -153,8 +153,15 @@ void check_batched_equals_alone(const char* gguf) {
   server::scheduler s;
   Q35_OK(s.init(d, scheduler_config(n_batch, n_vocab(*l))));
   std::vector<received> got(n);
+  // when a request hears of its end, the metrics already count it out: finished + active + queued
+  // requests = submitted (a server's client reading /metrics after its response sees no stale sequence)
+  int inconsistent = 0;
+  const auto consistent = [&] {
+    const server::scheduler_metrics m = s.metrics();
+    inconsistent += m.requests_finished + m.active_sequences + m.queue_length != m.requests_submitted;
+  };
   for (int i = 0; i < n; ++i)
-    submit_ok(s, make_request(prompts[size_t(i)], sampling(i), max_tokens[i], got[size_t(i)]));
+    submit_ok(s, make_request(prompts[size_t(i)], sampling(i), max_tokens[i], got[size_t(i)], consistent));
   CHECK(s.metrics().queue_length == n);
   int64_t most_active = 0;
   while (s.step_once()) most_active = std::max(most_active, s.metrics().active_sequences);
@@ -167,6 +174,7 @@ void check_batched_equals_alone(const char* gguf) {
     CHECK(r.fin.prompt_tokens == int64_t(lengths[i]));
     CHECK(r.fin.completion_tokens == max_tokens[i]);
   }
+  CHECK(inconsistent == 0);
   const server::scheduler_metrics m = s.metrics();
   CHECK(most_active == 4);  // every sequence in use at once
   CAPTURE(steps_alone);
