@@ -209,7 +209,14 @@ class decoder {
   status expert_counts(std::vector<std::vector<uint64_t>>& out) const;
   // Per MoE layer, the expert cache's record (empty when every expert is on the device). Waits for stream().
   status expert_cache(std::vector<expert_cache_stats>& out);
-  int expert_slots() const { return experts_ ? experts_->slots() : -1; }  // -1: every expert on the device
+  // Device slots per MoE layer for host-resident experts (the mean when layers differ); -1: every expert
+  // on the device. expert_layer_slots(): each MoE layer's (empty: every expert on the device).
+  int expert_slots() const { return experts_ ? experts_->slots() : -1; }
+  std::vector<int> expert_layer_slots() const {
+    std::vector<int> v;
+    for (size_t j = 0; experts_ && j < experts_->layers().size(); ++j) v.push_back(experts_->slots(j));
+    return v;
+  }
   int expert_rebalance_steps() const { return cfg_.expert_rebalance_steps; }
   expert_policy expert_cache_policy() const { return cfg_.expert_cache_policy; }
 

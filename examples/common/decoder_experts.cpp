@@ -65,11 +65,11 @@ status decoder::settle_experts(bool staged, bool rebalance) {
     }
     std::fill(d.begin(), d.end(), 0);
   }
-  // the slots' experts: the `slots` highest scores (residents first on ties: no churn); a layer whose
-  // previous promotions are still in flight waits for the next rebalance
-  const int S = experts_->slots();
-  for (size_t j = 0; j < expert_score_.size() && S > 0; ++j) {
-    if (experts_->in_flight(j)) continue;
+  // the slots' experts: the layer's `slots` highest scores (residents first on ties: no churn); a layer
+  // whose previous promotions are still in flight waits for the next rebalance
+  for (size_t j = 0; j < expert_score_.size(); ++j) {
+    const int S = experts_->slots(j);
+    if (S == 0 || experts_->in_flight(j)) continue;
     const std::vector<double>& score = expert_score_[j];
     const expert_store::layer& L = experts_->layers()[j];
     std::vector<int> order(score.size());

@@ -54,6 +54,21 @@ uint64_t device_model::weight_bytes_for(const io::gguf_file& f, const io::model_
 
 status device_model::load(const io::gguf_file& f, const io::bound_model& m,
                           const std::function<void(uint64_t, uint64_t)>& progress, int expert_slots) {
+  const size_t n_moe = m.hparams.count(models::ffn_type::moe);
+  if (expert_slots < 0 || expert_slots >= int(m.hparams.n_experts) || n_moe == 0)
+    return load_with(f, m, progress, nullptr);
+  const expert_slot_plan plan = expert_slot_plan::uniform(n_moe, expert_slots);
+  return load_with(f, m, progress, &plan);
+}
+
+status device_model::load(const io::gguf_file& f, const io::bound_model& m,
+                          const std::function<void(uint64_t, uint64_t)>& progress, const expert_slot_plan& experts) {
+  return load_with(f, m, progress, &experts);
+}
+
+status device_model::load_with(const io::gguf_file& f, const io::bound_model& m,
+                               const std::function<void(uint64_t, uint64_t)>& progress,
+                               const expert_slot_plan* expert_plan) {
   hp_ = m.hparams;
   // Every tensor the decoder reads must be f32 where the kernels take plain floats (norms, conv, biases).
   auto need_f32 = [&](const io::tensor_info* t) -> status {
@@ -74,9 +89,12 @@ status device_model::load(const io::gguf_file& f, const io::bound_model& m,
   // Routed experts in host memory (an expert cache), when asked for and smaller than all experts.
   experts_.reset();
   shift_.clear();
-  if (expert_slots >= 0 && expert_slots < int(hp_.n_experts) && hp_.count(models::ffn_type::moe) > 0) {
+  if (expert_plan) {
+    if (hp_.count(models::ffn_type::moe) == 0)
+      return error(status_code::invalid_argument,
+                   f.path() + ": host-resident experts asked for a model without MoE layers");
     experts_ = std::make_unique<expert_store>();
-    Q35_TRY(experts_->load(hp_, m.weights, expert_slots));
+    Q35_TRY(experts_->load(hp_, m.weights, *expert_plan));
   }
 
   upload_plan up = plan_upload(f, m.weights, experts_ != nullptr);

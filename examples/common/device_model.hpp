@@ -39,6 +39,10 @@ class device_model {
   // read through the store's index. Otherwise (-1, or >= n_experts) everything is on the device.
   status load(const io::gguf_file& f, const io::bound_model& m,
               const std::function<void(uint64_t, uint64_t)>& progress = {}, int expert_slots = -1);
+  // The same with the routed experts in host memory behind the plan's slots per MoE layer, holding its
+  // first experts at load (memory_plan::placement(): a traced workload's plan).
+  status load(const io::gguf_file& f, const io::bound_model& m, const std::function<void(uint64_t, uint64_t)>& progress,
+              const expert_slot_plan& experts);
 
   // Device bytes load() takes for the weights of `f` (one allocation): all of them, or (host_experts)
   // all but the routed experts of the MoE layers. The expert store's bytes come on top.
@@ -61,6 +65,8 @@ class device_model {
   expert_store* experts() const { return experts_.get(); }
 
  private:
+  status load_with(const io::gguf_file& f, const io::bound_model& m,
+                   const std::function<void(uint64_t, uint64_t)>& progress, const expert_slot_plan* experts);
   struct upload_plan {
     struct run {
       uint64_t from, to, shift;  // file bytes [from, to) go to device offset from - shift

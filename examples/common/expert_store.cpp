@@ -65,22 +65,53 @@ status expert_layer_shapes(const io::model_weights& w, std::vector<expert_layer_
   return status::success();
 }
 
+int64_t expert_slot_plan::total() const {
+  int64_t t = 0;
+  for (const int s : slots) t += s;
+  return t;
+}
+
 status expert_store::allocate(const io::model_hparams& h, const io::model_weights& w, int slots) {
-  n_experts_ = int(h.n_experts);
-  if (slots < 0 || slots > n_experts_)
-    return error(status_code::invalid_argument,
-                 "expert_store: " + std::to_string(slots) +
-                     " slots per layer is outside 0..n_experts = " + std::to_string(n_experts_));
-  slots_ = slots;
-  if (side_.get()) Q35_TRY(synchronize(side_.get()));  // a second allocate: no copy may outlive its buffers
-  Q35_TRY(side_.create(stream_role::side));
   std::vector<expert_layer_shape> shapes;
   Q35_TRY(expert_layer_shapes(w, shapes));
+  return allocate(h, w, expert_slot_plan::uniform(shapes.size(), slots));
+}
+
+status expert_store::allocate(const io::model_hparams& h, const io::model_weights& w, const expert_slot_plan& plan) {
+  n_experts_ = int(h.n_experts);
+  std::vector<expert_layer_shape> shapes;
+  Q35_TRY(expert_layer_shapes(w, shapes));
+  const int E = n_experts_;
+  if (plan.slots.size() != shapes.size() || (!plan.first.empty() && plan.first.size() != shapes.size()))
+    return error(status_code::invalid_argument, "expert_store: a slot plan for " + std::to_string(plan.slots.size()) +
+                                                    " MoE layers, the model has " + std::to_string(shapes.size()));
+  for (size_t j = 0; j < shapes.size(); ++j) {
+    const std::string where = "expert_store: layer " + std::to_string(shapes[j].index) + ": ";
+    const int S = plan.slots[j];
+    if (S < 0 || S > E)
+      return error(status_code::invalid_argument,
+                   where + std::to_string(S) + " slots is outside 0..n_experts = " + std::to_string(E));
+    if (plan.first.empty()) continue;
+    const std::vector<int>& first = plan.first[j];
+    if (int64_t(first.size()) > S)
+      return error(status_code::invalid_argument,
+                   where + std::to_string(first.size()) + " first experts for " + std::to_string(S) + " slots");
+    std::vector<bool> seen(size_t(E), false);
+    for (const int e : first) {
+      if (e < 0 || e >= E || seen[size_t(e)])
+        return error(status_code::invalid_argument,
+                     where + "first expert " + std::to_string(e) + " is out of range or repeated");
+      seen[size_t(e)] = true;
+    }
+  }
+  first_ = plan.first;
+  if (side_.get()) Q35_TRY(synchronize(side_.get()));  // a second allocate: no copy may outlive its buffers
+  Q35_TRY(side_.create(stream_role::side));
   layers_.clear();
   layers_.reserve(shapes.size());
-  const int E = n_experts_, S = slots;
-  for (const expert_layer_shape& shape : shapes) {
-    const int il = shape.index;
+  for (size_t j = 0; j < shapes.size(); ++j) {
+    const expert_layer_shape& shape = shapes[j];
+    const int il = shape.index, S = plan.slots[j];
     layers_.emplace_back();
     layer& L = layers_.back();
     static_cast<expert_layer_shape&>(L) = shape;
@@ -148,19 +179,41 @@ void expert_store::fill_from(const io::model_weights& w) {
 }
 
 status expert_store::settle() {
-  for (layer& l : layers_) {
-    for (int s = 0; s < slots_; ++s) {
-      Q35_TRY(copy_to_slot(l, s, s, nullptr));
-      l.slot_expert[size_t(s)] = s, l.expert_slot[size_t(s)] = s;
+  for (size_t j = 0; j < layers_.size(); ++j) {
+    layer& l = layers_[j];
+    // the plan's first experts, then the lowest ids not among them
+    std::vector<int> fill = first_.empty() ? std::vector<int>{} : first_[j];
+    std::vector<bool> placed(size_t(n_experts_), false);
+    for (const int e : fill) placed[size_t(e)] = true;
+    for (int e = 0; int(fill.size()) < slots(j); ++e)
+      if (!placed[size_t(e)]) fill.push_back(e);
+    for (int s = 0; s < slots(j); ++s) {
+      const int e = fill[size_t(s)];
+      Q35_TRY(copy_to_slot(l, e, s, nullptr));
+      l.slot_expert[size_t(s)] = e, l.expert_slot[size_t(e)] = s;
     }
     Q35_TRY(upload_index(l, nullptr));
   }
   return synchronize();
 }
 
+int expert_store::slots() const { return layers_.empty() ? 0 : int(total_slots() / int64_t(layers_.size())); }
+
+int64_t expert_store::total_slots() const {
+  int64_t t = 0;
+  for (size_t j = 0; j < layers_.size(); ++j) t += slots(j);
+  return t;
+}
+
 expert_store::~expert_store() {
   for (layer& l : layers_) (void)l.copied.synchronize();
   (void)synchronize(side_.get());
+}
+
+status expert_store::load(const io::model_hparams& h, const io::model_weights& w, const expert_slot_plan& plan) {
+  Q35_TRY(allocate(h, w, plan));
+  fill_from(w);
+  return settle();
 }
 
 status expert_store::load(const io::model_hparams& h, const io::model_weights& w, int slots) {
@@ -212,9 +265,9 @@ status expert_store::promote(size_t j, std::span<const std::pair<int, int>> move
   layer& l = layers_[j];
   const std::string where = "expert_store::promote: layer " + std::to_string(l.index);
   if (!l.in_flight.empty()) return error(status_code::invalid_argument, where + " has promotions in flight");
-  std::vector<bool> expert_moved(size_t(n_experts_), false), slot_taken(size_t(slots_), false);
+  std::vector<bool> expert_moved(size_t(n_experts_), false), slot_taken(size_t(slots(j)), false);
   for (const auto& [e, s] : moves) {
-    if (e < 0 || e >= n_experts_ || s < 0 || s >= slots_)
+    if (e < 0 || e >= n_experts_ || s < 0 || s >= slots(j))
       return error(status_code::invalid_argument,
                    where + ": expert " + std::to_string(e) + " or slot " + std::to_string(s) + " out of range");
     if (expert_moved[size_t(e)] || slot_taken[size_t(s)])
@@ -279,7 +332,8 @@ uint64_t expert_store::host_bytes() const {
 
 uint64_t expert_store::device_bytes() const {
   uint64_t b = 0;
-  for (const layer& l : layers_) b += uint64_t(slots_) * uint64_t(l.gu_stride + l.dn_stride) + 8 * uint64_t(n_experts_);
+  for (const layer& l : layers_)
+    b += uint64_t(l.slot_expert.size()) * uint64_t(l.gu_stride + l.dn_stride) + 8 * uint64_t(n_experts_);
   return b;
 }
 

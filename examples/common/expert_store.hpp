@@ -60,6 +60,15 @@ status expert_layer_shapes(const io::model_weights& w, std::vector<expert_layer_
 // a whole layer) of the largest of `layers` (launch::moe_staging_bytes).
 uint64_t expert_staging_bytes(const std::vector<expert_layer_shape>& layers, int n_experts, int window);
 
+// How many device slots each MoE layer has and which experts they hold at load.
+struct expert_slot_plan {
+  std::vector<int> slots;               // [MoE layer position] 0 .. n_experts
+  std::vector<std::vector<int>> first;  // [MoE layer position] the experts of its slots at load, slot by
+                                        // slot (distinct; empty: experts 0, 1, ...); at most slots[j]
+  static expert_slot_plan uniform(size_t n_layers, int slots) { return {std::vector<int>(n_layers, slots), {}}; }
+  int64_t total() const;  // slots over all layers
+};
+
 class expert_store {
  public:
   struct layer : expert_layer_shape {
@@ -80,18 +89,25 @@ class expert_store {
   };
 
   // Copies the routed experts of every MoE layer of `w` (tensor bytes of the mapped file) into
-  // pinned host memory and allocates `slots` device slots per layer (0 .. n_experts - 1), filled
-  // with experts 0 .. slots - 1.
+  // pinned host memory and allocates `slots` device slots per layer (0 .. n_experts), filled with
+  // experts 0 .. slots - 1; or the plan's slots per layer, filled with its first experts. A plan
+  // with a count per layer other than the model's MoE layers, a count outside 0 .. n_experts, or
+  // first experts out of range, repeated or more than the slots is an error naming the layer.
+  status load(const io::model_hparams& h, const io::model_weights& w, const expert_slot_plan& plan);
   status load(const io::model_hparams& h, const io::model_weights& w, int slots);
   // load() in its three steps, for experts that do not come from a file (synthetic models):
   // allocate() lays out home and slots for the MoE layers of `w` (home left unwritten; w's tensor
   // data is not read), the caller writes every expert's home bytes (host memory, mapped into the
   // device's address space: a kernel may write them), then settle() fills the slots and the index.
+  status allocate(const io::model_hparams& h, const io::model_weights& w, const expert_slot_plan& plan);
   status allocate(const io::model_hparams& h, const io::model_weights& w, int slots);
   void fill_from(const io::model_weights& w);  // home from the tensors' bytes (mapped file)
   status settle();
 
-  int slots() const { return slots_; }
+  // Slots per MoE layer: the same in every layer, else the mean (rounded down); slots(j): layer position j's.
+  int slots() const;
+  int slots(size_t j) const { return int(layers_[j].slot_expert.size()); }
+  int64_t total_slots() const;
   int n_experts() const { return n_experts_; }
   const std::vector<layer>& layers() const { return layers_; }
   // The MoE layer of file index `il`, or null.
@@ -130,7 +146,8 @@ class expert_store {
   // Enqueues the copy of expert e's home matrices into slot s.
   status copy_to_slot(const layer& l, int e, int s, stream_t stream) const;
 
-  int slots_ = 0, n_experts_ = 0;
+  int n_experts_ = 0;
+  std::vector<std::vector<int>> first_;  // the plan's first experts per layer (settle() places them)
   std::vector<layer> layers_;
   owned_stream side_;  // promotions' copies
 };

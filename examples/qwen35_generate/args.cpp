@@ -186,6 +186,7 @@ const std::vector<flag>& flags() {
       {{"--expert-cache"},
        "N",
        [](options& o, const std::string& n, const std::string& v) { o.expert_cache = parse_int(n, v, 0, 65536); }},
+      {{"--expert-plan"}, "FILE", [](options& o, auto&, const std::string& v) { o.expert_plan_path = v; }},
       {{"--expert-policy"},
        "NAME",
        [](options& o, const std::string& n, const std::string& v) {
@@ -280,6 +281,9 @@ options parse_args(const std::vector<std::string>& args) {
   if (o.expert_policy && !runs_model)
     throw usage_error("--expert-policy applies to generation (-p, -f, -cnv) and --bench");
   if (o.vram && !runs_model) throw usage_error("--vram applies to generation (-p, -f, -cnv) and --bench");
+  if (o.expert_plan_path && o.expert_plan_path->empty()) throw usage_error("--expert-plan: empty path");
+  if (o.expert_plan_path && o.cmd != command::generate)
+    throw usage_error("--expert-plan applies to generation (-p, -f, -cnv) of the traced model");
   if (o.vram_list.size() > 1 && o.cmd != command::bench)
     throw usage_error("--vram takes a list of budgets only with --bench (one row each)");
   if (o.moe_adaptive_k && o.cmd != command::generate)
@@ -348,6 +352,9 @@ std::string usage(const std::string& program) {
          "                         MoE layer's experts in device slots (the most used, promoted as the session\n"
          "                         goes); the decode kernels read the others over the bus. N >= expert_count:\n"
          "                         every expert on the device. Default: as many as --vram holds\n"
+         "  --expert-plan FILE     MoE models: place the slots by a workload traced with --expert-stats FILE:\n"
+         "                         each layer gets the slots that save the most bus bytes for it and starts\n"
+         "                         with its most selected experts (the same number per layer without it)\n"
          "  --expert-policy NAME   which experts the slots hold: frequency (the most selections, halved every\n"
          "                         rebalance; the default) or lru (the most recently selected)\n"
          "  --vram SIZE            device memory q35 may use (24G, 16000M, 1.5GiB; K/M/G/T are powers of\n"

@@ -52,10 +52,11 @@ struct options {
   std::optional<std::string> expert_stats_path;    // --expert-stats FILE.json
   std::optional<std::string> expert_heatmap_path;  // --expert-heatmap FILE.svg
   // MoE layers: routed experts in pinned host memory behind this many device slots per layer
-  std::optional<int64_t> expert_cache;       // --expert-cache N
-  std::optional<uint64_t> vram;              // --vram SIZE (bytes): the first of vram_list
-  std::vector<uint64_t> vram_list;           // --vram SIZE[,SIZE...] (a list only with --bench)
-  std::optional<std::string> expert_policy;  // --expert-policy frequency|lru
+  std::optional<int64_t> expert_cache;          // --expert-cache N
+  std::optional<uint64_t> vram;                 // --vram SIZE (bytes): the first of vram_list
+  std::vector<uint64_t> vram_list;              // --vram SIZE[,SIZE...] (a list only with --bench)
+  std::optional<std::string> expert_policy;     // --expert-policy frequency|lru
+  std::optional<std::string> expert_plan_path;  // --expert-plan FILE: slots placed by a traced workload
   // adaptive top-k of the MoE layers (opt-in): experts per token by routing entropy
   std::optional<std::array<int, 3>> moe_adaptive_k;          // --moe-adaptive-k K1,K2,K3
   std::optional<std::array<float, 2>> moe_adaptive_entropy;  // --moe-adaptive-entropy H1,H2 (nats)

@@ -109,18 +109,20 @@ std::string expert_report_json(const expert_report& r) {
     j["adaptive_k"] = {{"entropy_below", below}, {"k_values", r.adaptive_k_values}};
   } else
     j["adaptive_k"] = nullptr;
-  j["note"] = std::string(
-                  "tokens_per_expert[e]: tokens the router sent to expert e over the session (every prompt and "
-                  "generated token fed to the decoder); ") +
-              (adaptive ? "total = the experts read over all tokens (adaptive top-k: between min and max of "
-                          "k_values per token); experts_per_token = total / tokens. "
-                        : "total = tokens x n_experts_used. ") +
-              (r.cache.empty() ? "Every expert is resident on the device (no --expert-cache): cache.hits = total, "
-                                 "misses = 0."
-                               : "cache: hits = selections served from a device slot, misses = read from host "
-                                 "memory by the decode kernels, staged = selections of prompt chunks of more than 8 "
-                                 "tokens (their layer's experts copied to the device whole), bytes_from_host = "
-                                 "misses x expert bytes + staging copies; hit_rate = hits / (hits + misses).");
+  j["note"] =
+      std::string(
+          "tokens_per_expert[e]: tokens the router sent to expert e over the session (every prompt and "
+          "generated token fed to the decoder); ") +
+      (adaptive ? "total = the experts read over all tokens (adaptive top-k: between min and max of "
+                  "k_values per token); experts_per_token = total / tokens. "
+                : "total = tokens x n_experts_used. ") +
+      (r.cache.empty() ? "Every expert is resident on the device (no --expert-cache): cache.hits = total, "
+                         "misses = 0."
+                       : "cache: hits = selections served from a device slot, misses = read from host "
+                         "memory by the decode kernels, staged = selections of prompt chunks of more than 8 "
+                         "tokens (each expert they selected copied to the device once per chunk), bytes_from_host = "
+                         "misses x expert bytes + staging copies from host memory; hit_rate = hits / (hits "
+                         "+ misses); slots = the layer's device slots.");
   if (!r.cache.empty()) j["cache_slots"] = r.cache_slots;
   nlohmann::ordered_json layers = nlohmann::ordered_json::array();
   for (size_t i = 0; i < r.layers.size(); ++i) {
@@ -135,8 +137,13 @@ std::string expert_report_json(const expert_report& r) {
       l["cache"] = {{"policy", "all resident"}, {"hits", total}, {"misses", 0}, {"bytes_from_host", 0}};
     } else {
       const expert_report::cache_record& cr = r.cache[i];
-      l["cache"] = {{"policy", r.cache_policy},   {"hits", cr.hits},          {"misses", cr.misses},
-                    {"staged", cr.staged},        {"hit_rate", hit_rate(cr)}, {"bytes_from_host", cr.host_bytes},
+      l["cache"] = {{"policy", r.cache_policy},
+                    {"slots", cr.slots},
+                    {"hits", cr.hits},
+                    {"misses", cr.misses},
+                    {"staged", cr.staged},
+                    {"hit_rate", hit_rate(cr)},
+                    {"bytes_from_host", cr.host_bytes},
                     {"promotions", cr.promotions}};
     }
     layers.push_back(std::move(l));

@@ -19,10 +19,12 @@ struct expert_report {
   std::vector<int> adaptive_k_values;
   std::vector<int> layers;                    // the MoE layers' indices in the file
   std::vector<std::vector<uint64_t>> counts;  // [layers.size()][n_experts]: tokens routed to each expert
-  // --expert-cache: the cache's slots per layer and, per layer, its record; empty: every expert resident
+  // --expert-cache / --vram: the cache's slots per layer (the mean when layers differ: --expert-plan) and,
+  // per layer, its record with its own slots; empty: every expert resident
   int cache_slots = -1;
   struct cache_record {
     uint64_t hits = 0, misses = 0, staged = 0, host_bytes = 0, promotions = 0;
+    int slots = 0;
   };
   std::vector<cache_record> cache;
   std::string cache_policy;  // how slots are chosen

@@ -14,6 +14,7 @@
 #include "decoder.hpp"
 #include "device_model.hpp"
 #include "expert_report.hpp"
+#include "expert_trace.hpp"
 #include "memory_plan.hpp"
 #include "model_loader.hpp"
 #include "prompt_cache.hpp"
@@ -195,8 +196,11 @@ void write_expert_report(const options& opt, const io::gguf_file& file, const io
   check(dec.expert_counts(r.counts), "reading the expert statistics");
   std::vector<gen::expert_cache_stats> cache;
   check(dec.expert_cache(cache), "reading the expert cache's record");
-  for (const gen::expert_cache_stats& c : cache)
-    r.cache.push_back({c.hits, c.misses, c.staged, c.host_bytes, c.promotions});
+  const std::vector<int> slots = dec.expert_layer_slots();
+  for (size_t j = 0; j < cache.size(); ++j) {
+    const gen::expert_cache_stats& c = cache[j];
+    r.cache.push_back({c.hits, c.misses, c.staged, c.host_bytes, c.promotions, j < slots.size() ? slots[j] : 0});
+  }
   if (!cache.empty()) {
     r.cache_slots = dec.expert_slots();
     r.cache_policy = dec.expert_cache_policy() == gen::expert_policy::lru
@@ -254,6 +258,15 @@ int run_generate(const options& opt, std::ostream&) {
     throw std::runtime_error("--expert-cache: " + opt.model_path + " has no MoE layers");
   if (opt.expert_policy && bound.hparams.count(models::ffn_type::moe) == 0)
     throw std::runtime_error("--expert-policy: " + opt.model_path + " has no MoE layers");
+  // a traced workload (an earlier session's --expert-stats) places the slots (--expert-plan)
+  std::optional<std::vector<std::vector<uint64_t>>> trace;
+  if (opt.expert_plan_path) {
+    if (bound.hparams.count(models::ffn_type::moe) == 0)
+      throw std::runtime_error("--expert-plan: " + opt.model_path + " has no MoE layers");
+    trace.emplace();
+    if (const status st = gen::read_expert_trace(*opt.expert_plan_path, bound.hparams, *trace); !st.ok())
+      throw std::runtime_error(st.message());  // names the flag and the file
+  }
   gen::decoder_config cfg;
   cfg.n_ctx = n_ctx;
   cfg.kv_type = to_kv_type(opt.cache_type_k);
@@ -266,14 +279,15 @@ int run_generate(const options& opt, std::ostream&) {
   // The memory plan: the non-expert part first, then every routed expert or as many slots as fit.
   const uint64_t budget = opt.vram ? *opt.vram : gen::default_memory_budget();
   gen::memory_plan plan;
-  check(gen::plan_memory(file, bound.hparams, bound.weights, cfg, budget, opt.expert_cache, plan),
+  check(gen::plan_memory(file, bound.hparams, bound.weights, cfg, budget, opt.expert_cache, plan,
+                         trace ? &*trace : nullptr),
         opt.vram ? "--vram " + gen::format_bytes(budget) : std::string("the device's free memory"));
   if (opt.vram || plan.host_experts()) std::fprintf(stderr, "q35: memory plan: %s\n", plan.describe().c_str());
 
   gen::device_model model;
   progress_bar bar;
-  check(model.load(
-            file, bound, [&](uint64_t d, uint64_t n) { bar(d, n); }, plan.slots),
+  const auto progress = [&](uint64_t d, uint64_t n) { bar(d, n); };
+  check(plan.host_experts() ? model.load(file, bound, progress, plan.placement()) : model.load(file, bound, progress),
         "loading " + opt.model_path);
   gen::decoder dec;
   check(dec.init(model, cfg), "setting up the decoder");

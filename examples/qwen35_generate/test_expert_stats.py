@@ -5,7 +5,8 @@ session fed (from --print-token-ids) times k, the SVG parsed as XML with one cel
 bad paths and a model without MoE layers exit 1 with one line; --moe-adaptive-k: the JSON's adaptive_k block,
 each layer's total between tokens x the smallest and the largest k value, and its bad values; --expert-cache:
 the same greedy text as all resident, each layer's cache block (hits + misses + staged = total), bad values;
---vram: below the floor (one line, both numbers), at the floor (0 slots, the same text), roomy (all resident).
+--vram: below the floor (one line, both numbers), at the floor (0 slots, the same text), roomy (all resident);
+--expert-plan: a trace of the resident session places slots where a uniform plan has none, the same text; its errors.
 
 usage: test_expert_stats.py QWEN35_GENERATE TEST_DATA_DIR WORK_DIR
 """
@@ -150,6 +151,23 @@ else:
     r = run(["-m", moe] + long_prompt + stats_args + ["--vram", str(int(need.group(1)) - 1)])
     if r.returncode != 1 or "is below the" not in r.stderr:
         fail(f"--vram one byte below the floor: rc={r.returncode} {r.stderr!r}")
+# --expert-plan: the resident session's trace places the slots. Under the floor plus 360 kB (a third of a
+# slot in every layer, so no uniform slot fits) the layers whose traced experts save the most get slots;
+# the text stays the resident one and each layer's cache block reports its own slots
+if resident and need:
+    budget = str(int(need.group(1)) + 360000)
+    uniform = check_session("moe_plan_uniform", moe, long_prompt + ["--vram", budget], 4, cache_slots=0)
+    plan_args = long_prompt + ["--vram", budget, "--expert-plan", os.path.join(work, "moe_resident.json")]
+    traced = check_session("moe_plan_traced", moe, plan_args, 4, cache_slots=0)
+    if traced:
+        slots = [l["cache"]["slots"] for l in traced["layers"]]
+        if sum(slots) < 2 or not all(l["cache"]["slots"] == 0 for l in uniform["layers"]):
+            fail(f"--expert-plan: slots per layer {slots}, expected 2 or more where the uniform plan has none")
+        if traced["_stdout"] != resident["_stdout"]:
+            fail(f"--expert-plan changed the text: {traced['_stdout']!r} vs {resident['_stdout']!r}")
+        r = run(["-m", moe] + plan_args)
+        if "traced" not in r.stderr or ",".join(map(str, slots)) + " of 8 experts" not in r.stderr:
+            fail(f"--expert-plan: the plan line does not list the traced slots {slots}: {r.stderr!r}")
 roomy = check_session("moe_vram_all", moe, long_prompt + ["--vram", "1G"], 4)
 if resident and roomy and resident["_stdout"] != roomy["_stdout"]:
     fail("--vram 1G changed the text")
@@ -181,6 +199,13 @@ expect_fail(r"--vram expects a size in bytes .*got '24X'", ["-m", moe, "-p", "hi
 expect_fail(r"--vram applies to generation", ["-m", moe, "--info", "--vram", "24G"])
 expect_fail(r"--vram 1\.00 MiB: memory plan: the model \(no MoE layers.*needs .* bytes\) of device memory, above the budget",
             ["-m", dense, "-p", "hi", "--vram", "1M"])
+inter_trace = os.path.join(work, "interleaved_chat.json")
+expect_fail(r"--expert-plan " + re.escape(inter_trace) + ": traced with n_experts = 16, the model has 8",
+            ["-m", moe, "-p", "hi", "--expert-plan", inter_trace])
+expect_fail(r"--expert-plan " + re.escape(missing) + ": cannot be read", ["-m", moe, "-p", "hi", "--expert-plan", missing])
+expect_fail(r"--expert-plan: empty path", ["-m", moe, "-p", "hi", "--expert-plan", ""])
+expect_fail(r"--expert-plan applies to generation", ["-m", moe, "--info", "--expert-plan", inter_trace])
+expect_fail(r"--expert-plan: .*tiny_dense_q4km.gguf has no MoE layers", ["-m", dense, "-p", "hi", "--expert-plan", inter_trace])
 expect_fail(r"--moe-adaptive-k: k value 3 exceeds the model's qwen35moe.expert_used_count = 2",
             ["-m", moe, "-p", "hi", "--moe-adaptive-k", "1,2,3"])
 expect_fail(r"--moe-adaptive-k: .*tiny_dense_q4km.gguf has no MoE layers", ["-m", dense, "-p", "hi", "--moe-adaptive-k", "1,1,1"])

@@ -37,6 +37,7 @@
 #include "api.hpp"
 #include "decoder.hpp"
 #include "device_model.hpp"
+#include "expert_trace.hpp"
 #include "memory_plan.hpp"
 #include "model_loader.hpp"
 #include "q35/io/gguf.hpp"
@@ -62,11 +63,12 @@ struct options {
   int timeout_s = 600;
   size_t max_queue = 64;
   bool batch_invariant = true;
-  int prefix_cache = 16;                // prefix checkpoints kept (0: no prefix reuse)
-  std::optional<uint64_t> vram;         // device memory budget (bytes)
-  std::optional<int64_t> expert_cache;  // device slots per MoE layer
-  bool lru_experts = false;             // --expert-policy lru
-  std::string bench_model;              // a synthetic model's key (gen::synth_models), or empty
+  int prefix_cache = 16;                   // prefix checkpoints kept (0: no prefix reuse)
+  std::optional<uint64_t> vram;            // device memory budget (bytes)
+  std::optional<int64_t> expert_cache;     // device slots per MoE layer
+  bool lru_experts = false;                // --expert-policy lru
+  std::optional<std::string> expert_plan;  // --expert-plan FILE: slots placed by a traced workload
+  std::string bench_model;                 // a synthetic model's key (gen::synth_models), or empty
 };
 
 const char* usage_text =
@@ -90,6 +92,8 @@ const char* usage_text =
     "                         fit keep them in pinned host memory behind as many device slots per layer as\n"
     "                         fit (default: the device's free memory less max(512 MiB, 4%); the sim: no limit)\n"
     "  --expert-cache N       MoE models: N device slots per MoE layer, the other experts in host memory\n"
+    "  --expert-plan FILE     MoE models: place the slots by a workload traced with qwen35_generate\n"
+    "                         --expert-stats FILE (each layer the slots that save the most bus bytes)\n"
     "  --expert-policy NAME   which experts the slots hold: frequency (default) or lru\n"
     "  --bench-model NAME     load benchmarks without a download: serve a synthetic full-size model (random\n"
     "                         Q4_K_M weights built on the device: 9B, 27B, 35B-A3B, 122B-A10B, 397B-A17B,\n"
@@ -155,6 +159,9 @@ options parse_args(int argc, char** argv) {
         bad_usage(a + ": '" + v + "' is not a size in bytes with an optional K, M, G or T suffix (e.g. 24G)");
     } else if (a == "--expert-cache") {
       o.expert_cache = parse_int(a, value(), 0, 65536);
+    } else if (a == "--expert-plan") {
+      o.expert_plan = value();
+      if (o.expert_plan->empty()) bad_usage(a + ": empty path");
     } else if (a == "--expert-policy") {
       const std::string v = value();
       if (v != "frequency" && v != "lru") bad_usage(a + ": '" + v + "' is not frequency or lru");
@@ -523,7 +530,8 @@ class server {
     metric("q35_prefix_cache_entries", "gauge", "Prefix checkpoints held.", m.prefix_cached);
     metric("q35_prefix_cache_pages", "gauge", "KV cache pages held by prefix checkpoints.", m.prefix_pages);
     if (m.expert_slots >= 0) {  // routed experts in host memory (--vram, --expert-cache)
-      metric("q35_expert_cache_slots", "gauge", "Device slots per MoE layer for routed experts.", m.expert_slots);
+      metric("q35_expert_cache_slots", "gauge",
+             "Device slots per MoE layer for routed experts (the mean when layers differ).", m.expert_slots);
       o << "# HELP q35_expert_selections_total Routed-expert selections by where the weights were read.\n"
            "# TYPE q35_expert_selections_total counter\n"
         << "q35_expert_selections_total{source=\"slot\"} " << m.expert_hits << '\n'
@@ -594,6 +602,15 @@ int run(const options& opt) {
                                 std::to_string(model_ctx) + " (" + bound.hparams.arch + ".context_length)");
   if (opt.expert_cache && h.count(models::ffn_type::moe) == 0)
     throw std::invalid_argument("--expert-cache: " + (synth ? synth->key : opt.model_path) + " has no MoE layers");
+  std::optional<std::vector<std::vector<uint64_t>>> trace;  // --expert-plan
+  if (opt.expert_plan) {
+    if (synth) throw std::invalid_argument("--expert-plan places a traced model file's experts, not --bench-model's");
+    if (h.count(models::ffn_type::moe) == 0)
+      throw std::invalid_argument("--expert-plan: " + opt.model_path + " has no MoE layers");
+    trace.emplace();
+    if (const status st = gen::read_expert_trace(*opt.expert_plan, h, *trace); !st.ok())
+      throw std::invalid_argument(st.message());
+  }
   gen::decoder_config cfg;
   cfg.n_ctx = n_ctx, cfg.n_seq_max = opt.n_parallel, cfg.kv_type = to_kv_type(opt.cache_type_k);
   cfg.n_batch = std::min(opt.n_batch, n_ctx), cfg.batch_invariant = opt.batch_invariant;
@@ -603,7 +620,8 @@ int run(const options& opt) {
   gen::memory_plan plan;
   const uint64_t budget = opt.vram ? *opt.vram : gen::default_memory_budget();
   check(synth ? gen::plan_synth_memory(h, synth->tied, cfg, budget, opt.expert_cache, plan)
-              : gen::plan_memory(file, bound.hparams, bound.weights, cfg, budget, opt.expert_cache, plan),
+              : gen::plan_memory(file, bound.hparams, bound.weights, cfg, budget, opt.expert_cache, plan,
+                                 trace ? &*trace : nullptr),
         opt.vram ? "--vram " + gen::format_bytes(*opt.vram) : std::string("the device's free memory"));
   if (opt.vram || plan.host_experts()) std::cerr << "qwen35_server: memory plan: " << plan.describe() << std::endl;
   gen::device_model model;
@@ -612,7 +630,8 @@ int run(const options& opt) {
     check(synth_model.build(h, synth->tied, 0x9e3779b97f4a7c15ull, nullptr, plan.slots), "building " + synth->name);
     matched = synth->name + " (synthetic: random Q4_K_M weights; tokenizer and template of " + matched + ")";
   } else {
-    check(model.load(file, bound, {}, plan.slots), "loading " + opt.model_path);
+    check(plan.host_experts() ? model.load(file, bound, {}, plan.placement()) : model.load(file, bound),
+          "loading " + opt.model_path);
   }
   gen::decoder dec;
   check(dec.init(synth ? synth_model.model() : model, cfg), "setting up the decoder");

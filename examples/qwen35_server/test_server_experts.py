@@ -4,7 +4,8 @@
 host memory) answers 4 concurrent greedy completions, prompts longer than 8 tokens among them (the staged
 grouped path) and one-token decode steps of several sequences at once, with the same text as the server
 with every expert on the device, and /metrics counts the expert cache's selections (tokens fed x k x layers);
-a budget below that floor, or a bad --vram, stops it with one line. --bench-model tiny-moe serves a
+a budget below that floor, or a bad --vram, stops it with one line; a traced workload (--expert-plan) places
+slots under a budget where no uniform slot fits, with the same text. --bench-model tiny-moe serves a
 synthetic model of that shape with the file's tokenizer (the load benchmark's model on a GPU): its requests
 run to max_tokens; an unknown name is one line naming the known ones.
 
@@ -13,9 +14,11 @@ usage: test_server_experts.py SERVER_BINARY MOE_MODEL.gguf
 import concurrent.futures
 import http.client
 import json
+import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 
 binary, model = sys.argv[1:3]
@@ -135,6 +138,23 @@ else:
         fail(f"--vram {need.group(1)}: no plan line naming 0 of 8 experts: {lines!r}")
     if resident is not None and floor != resident:
         fail(f"--vram at the floor changed the answers: {floor!r} vs {resident!r}")
+    # a traced workload (--expert-plan, the --expert-stats JSON): under the floor plus 360 kB (no uniform
+    # slot fits) the layers its counts favour get slots, and the answers stay the resident ones
+    fd, trace = tempfile.mkstemp(suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump({"n_experts": 8, "layers": [{"layer": il, "tokens_per_expert": [(il * 3 + e * 5) % 8 * 10 * (il + 1)
+                                                                                     for e in range(8)]}
+                                              for il in range(4)]}, f)
+    traced, lines = answers(["--vram", str(int(need.group(1)) + 360000), "--expert-plan", trace], slots=0)
+    os.remove(trace)
+    if not any("traced" in l for l in lines):
+        fail(f"--expert-plan: no plan line with traced slots: {lines!r}")
+    if resident is not None and traced != resident:
+        fail(f"--expert-plan changed the answers: {traced!r} vs {resident!r}")
+r = subprocess.run([binary] + BASE + ["--bench-model", "tiny-moe", "--expert-plan", "x.json"], capture_output=True,
+                   text=True, timeout=60)
+if r.returncode == 0 or "--expert-plan places a traced model file's experts, not --bench-model's" not in r.stderr:
+    fail(f"--expert-plan with --bench-model: rc={r.returncode} {r.stderr!r}")
 r = subprocess.run([binary] + BASE + ["--vram", "lots"], capture_output=True, text=True, timeout=60)
 if r.returncode == 0 or "--vram: 'lots' is not a size" not in r.stderr:
     fail(f"--vram lots: rc={r.returncode} {r.stderr!r}")
