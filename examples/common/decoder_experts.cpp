@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "decoder.hpp"
+#include "expert_report.hpp"
 
 namespace q35::gen {
 
@@ -115,6 +116,29 @@ status decoder::expert_cache(std::vector<expert_cache_stats>& out) {
   if (!experts_) return status::success();
   Q35_TRY(settle_experts(false, false));
   out = cache_stats_;
+  return status::success();
+}
+
+status fill_expert_report(decoder& d, expert_report& r) {
+  r.layers = d.moe_layers();
+  Q35_TRY(d.expert_counts(r.counts));
+  std::vector<expert_cache_stats> cache;
+  Q35_TRY(d.expert_cache(cache));
+  const std::vector<int> slots = d.expert_layer_slots();
+  r.cache.clear();
+  for (size_t j = 0; j < cache.size(); ++j) {
+    const expert_cache_stats& c = cache[j];
+    r.cache.push_back({c.hits, c.misses, c.staged, c.host_bytes, c.promotions, j < slots.size() ? slots[j] : 0});
+  }
+  if (!cache.empty()) {
+    r.cache_slots = d.expert_slots();
+    r.cache_policy = d.expert_cache_policy() == expert_policy::lru
+                         ? "lru: the slots hold the most recently selected experts (within a rebalance "
+                           "interval, the most selected first), "
+                         : "frequency: the slots hold the experts with the most selections (halved at each "
+                           "rebalance), ";
+    r.cache_policy += "rebalanced every " + std::to_string(d.expert_rebalance_steps()) + " steps";
+  }
   return status::success();
 }
 

@@ -181,7 +181,7 @@ std::optional<ops::adaptive_k_options> adaptive_k_of(const options& opt, const i
 // The session's expert selections to the files of --expert-stats and --expert-heatmap.
 void write_expert_report(const options& opt, const io::gguf_file& file, const io::model_hparams& h, gen::decoder& dec,
                          int64_t tokens) {
-  expert_report r;
+  gen::expert_report r;
   r.model = file.has("general.name") ? file.get_string("general.name")
                                      : std::filesystem::path(opt.model_path).filename().string();
   r.arch = h.arch;
@@ -192,26 +192,10 @@ void write_expert_report(const options& opt, const io::gguf_file& file, const io
     r.adaptive_entropy_below.assign(std::begin(a->entropy_below), std::end(a->entropy_below));
     r.adaptive_k_values.assign(std::begin(a->k_values), std::end(a->k_values));
   }
-  r.layers = dec.moe_layers();
-  check(dec.expert_counts(r.counts), "reading the expert statistics");
-  std::vector<gen::expert_cache_stats> cache;
-  check(dec.expert_cache(cache), "reading the expert cache's record");
-  const std::vector<int> slots = dec.expert_layer_slots();
-  for (size_t j = 0; j < cache.size(); ++j) {
-    const gen::expert_cache_stats& c = cache[j];
-    r.cache.push_back({c.hits, c.misses, c.staged, c.host_bytes, c.promotions, j < slots.size() ? slots[j] : 0});
-  }
-  if (!cache.empty()) {
-    r.cache_slots = dec.expert_slots();
-    r.cache_policy = dec.expert_cache_policy() == gen::expert_policy::lru
-                         ? "lru: the slots hold the most recently selected experts (within a rebalance "
-                           "interval, the most selected first), "
-                         : "frequency: the slots hold the experts with the most selections (halved at each "
-                           "rebalance), ";
-    r.cache_policy += "rebalanced every " + std::to_string(dec.expert_rebalance_steps()) + " steps";
-  }
-  if (opt.expert_stats_path) write_output("--expert-stats", *opt.expert_stats_path, expert_report_json(r));
-  if (opt.expert_heatmap_path) write_output("--expert-heatmap", *opt.expert_heatmap_path, expert_heatmap_svg(r));
+  check(gen::fill_expert_report(dec, r), "reading the expert statistics");
+  if (opt.expert_stats_path) gen::write_output("--expert-stats", *opt.expert_stats_path, gen::expert_report_json(r));
+  if (opt.expert_heatmap_path)
+    gen::write_output("--expert-heatmap", *opt.expert_heatmap_path, gen::expert_heatmap_svg(r));
 }
 
 void print_timings(const timings& t, const gen::device_model& m, const gen::decoder& d) {
@@ -246,7 +230,7 @@ int run_generate(const options& opt, std::ostream&) {
     throw std::runtime_error("-ctk and -ctv must name the same type (the KV pool holds one element type)");
   const auto expert_files = expert_outputs(opt);
   for (const auto& [flag, path] : expert_files) {
-    const std::string bad = check_output_path(flag, path);
+    const std::string bad = gen::check_output_path(flag, path);
     if (!bad.empty()) throw std::runtime_error(bad);
     if (bound.hparams.count(models::ffn_type::moe) == 0)
       throw std::runtime_error(flag + ": " + opt.model_path + " has no MoE layers (no expert selections to trace)");

@@ -14,7 +14,7 @@
 
 namespace {
 
-using q35::cli::expert_report;
+using q35::gen::expert_report;
 
 size_t occurrences(const std::string& s, const std::string& what) {
   size_t n = 0;
@@ -73,7 +73,7 @@ expert_report small_report() {
 
 TEST_CASE("expert report: the JSON parses back with every layer's counts, total and cache block") {
   const expert_report r = small_report();
-  const auto j = nlohmann::json::parse(q35::cli::expert_report_json(r));
+  const auto j = nlohmann::json::parse(q35::gen::expert_report_json(r));
   CHECK(j.at("model") == r.model);
   CHECK(j.at("arch") == "qwen35moe");
   CHECK(j.at("n_experts") == 8);
@@ -97,7 +97,7 @@ TEST_CASE("expert report: the JSON parses back with every layer's counts, total 
 
 TEST_CASE("expert report: the SVG heat map is well-formed XML with one cell per layer and expert") {
   const expert_report r = small_report();
-  const std::string svg = q35::cli::expert_heatmap_svg(r);
+  const std::string svg = q35::gen::expert_heatmap_svg(r);
   INFO(svg.substr(0, 600));
   CHECK(xml_problem(svg) == "");
   CHECK(svg.starts_with("<?xml"));
@@ -130,7 +130,7 @@ TEST_CASE("expert report: 256 experts x 40 layers stay within a screen, and ever
     for (int t = 0; t < 8000; ++t) ++c[size_t((t * 7 + l * 13) % 256)];
     r.counts.push_back(c);
   }
-  const std::string svg = q35::cli::expert_heatmap_svg(r);
+  const std::string svg = q35::gen::expert_heatmap_svg(r);
   CHECK(xml_problem(svg) == "");
   CHECK(occurrences(svg, "<rect class=\"cell\"") == 256 * 40);
   CHECK(svg.find("width=\"4\" height=\"10\"") != std::string::npos);  // 4 x 10 px cells
@@ -145,19 +145,19 @@ TEST_CASE("expert report: 256 experts x 40 layers stay within a screen, and ever
 TEST_CASE("expert report: output paths") {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path();
-  CHECK(q35::cli::check_output_path("--expert-stats", "") == "--expert-stats: empty path");
+  CHECK(q35::gen::check_output_path("--expert-stats", "") == "--expert-stats: empty path");
   const std::string missing = (dir / "q35_no_such_dir" / "x.json").string();
-  const std::string m = q35::cli::check_output_path("--expert-stats", missing);
+  const std::string m = q35::gen::check_output_path("--expert-stats", missing);
   CHECK(m.find("--expert-stats") == 0);
   CHECK(m.find(missing) != std::string::npos);
   CHECK(m.find("does not exist") != std::string::npos);
-  CHECK(q35::cli::check_output_path("--expert-heatmap", dir.string()).find("is a directory") != std::string::npos);
+  CHECK(q35::gen::check_output_path("--expert-heatmap", dir.string()).find("is a directory") != std::string::npos);
   const std::string ok = (dir / "q35_expert_report_test.json").string();
-  CHECK(q35::cli::check_output_path("--expert-stats", ok) == "");
-  q35::cli::write_output("--expert-stats", ok, "{}\n");
+  CHECK(q35::gen::check_output_path("--expert-stats", ok) == "");
+  q35::gen::write_output("--expert-stats", ok, "{}\n");
   CHECK(fs::file_size(ok) == 3);
   fs::remove(ok);
-  CHECK_THROWS_WITH_AS(q35::cli::write_output("--expert-heatmap", missing, "x"),
+  CHECK_THROWS_WITH_AS(q35::gen::write_output("--expert-heatmap", missing, "x"),
                        doctest::Contains("--expert-heatmap: cannot write"), std::runtime_error);
 }
 

@@ -37,6 +37,7 @@
 #include "api.hpp"
 #include "decoder.hpp"
 #include "device_model.hpp"
+#include "expert_report.hpp"
 #include "expert_trace.hpp"
 #include "memory_plan.hpp"
 #include "model_loader.hpp"
@@ -63,12 +64,13 @@ struct options {
   int timeout_s = 600;
   size_t max_queue = 64;
   bool batch_invariant = true;
-  int prefix_cache = 16;                   // prefix checkpoints kept (0: no prefix reuse)
-  std::optional<uint64_t> vram;            // device memory budget (bytes)
-  std::optional<int64_t> expert_cache;     // device slots per MoE layer
-  bool lru_experts = false;                // --expert-policy lru
-  std::optional<std::string> expert_plan;  // --expert-plan FILE: slots placed by a traced workload
-  std::string bench_model;                 // a synthetic model's key (gen::synth_models), or empty
+  int prefix_cache = 16;                                    // prefix checkpoints kept (0: no prefix reuse)
+  std::optional<uint64_t> vram;                             // device memory budget (bytes)
+  std::optional<int64_t> expert_cache;                      // device slots per MoE layer
+  bool lru_experts = false;                                 // --expert-policy lru
+  std::optional<std::string> expert_plan;                   // --expert-plan FILE: slots placed by a traced workload
+  std::optional<std::string> expert_stats, expert_heatmap;  // written when the server stops
+  std::string bench_model;                                  // a synthetic model's key (gen::synth_models), or empty
 };
 
 const char* usage_text =
@@ -95,6 +97,9 @@ const char* usage_text =
     "  --expert-plan FILE     MoE models: place the slots by a workload traced with qwen35_generate\n"
     "                         --expert-stats FILE (each layer the slots that save the most bus bytes)\n"
     "  --expert-policy NAME   which experts the slots hold: frequency (default) or lru\n"
+    "  --expert-stats FILE    MoE models: when the server stops (SIGINT, SIGTERM), write per MoE layer the\n"
+    "                         tokens routed to each expert over every request as JSON (--expert-plan's input)\n"
+    "  --expert-heatmap FILE  MoE models: the same counts as an SVG heat map (layers x experts)\n"
     "  --bench-model NAME     load benchmarks without a download: serve a synthetic full-size model (random\n"
     "                         Q4_K_M weights built on the device: 9B, 27B, 35B-A3B, 122B-A10B, 397B-A17B,\n"
     "                         9B-MoE, tiny-dense, tiny-moe) with the tokenizer and chat template of -m FILE.\n"
@@ -162,6 +167,8 @@ options parse_args(int argc, char** argv) {
     } else if (a == "--expert-plan") {
       o.expert_plan = value();
       if (o.expert_plan->empty()) bad_usage(a + ": empty path");
+    } else if (a == "--expert-stats" || a == "--expert-heatmap") {
+      (a == "--expert-stats" ? o.expert_stats : o.expert_heatmap) = value();
     } else if (a == "--expert-policy") {
       const std::string v = value();
       if (v != "frequency" && v != "lru") bad_usage(a + ": '" + v + "' is not frequency or lru");
@@ -611,7 +618,18 @@ int run(const options& opt) {
     if (const status st = gen::read_expert_trace(*opt.expert_plan, h, *trace); !st.ok())
       throw std::invalid_argument(st.message());
   }
+  // the served workload's trace (--expert-stats, --expert-heatmap): paths checked before the model loads
+  std::vector<std::pair<std::string, std::string>> trace_files;
+  if (opt.expert_stats) trace_files.emplace_back("--expert-stats", *opt.expert_stats);
+  if (opt.expert_heatmap) trace_files.emplace_back("--expert-heatmap", *opt.expert_heatmap);
+  for (const auto& [flag, path] : trace_files) {
+    if (const std::string bad = gen::check_output_path(flag, path); !bad.empty()) throw std::invalid_argument(bad);
+    if (h.count(models::ffn_type::moe) == 0)
+      throw std::invalid_argument(flag + ": " + (synth ? synth->key : opt.model_path) +
+                                  " has no MoE layers (no expert selections to trace)");
+  }
   gen::decoder_config cfg;
+  cfg.expert_stats = !trace_files.empty();
   cfg.n_ctx = n_ctx, cfg.n_seq_max = opt.n_parallel, cfg.kv_type = to_kv_type(opt.cache_type_k);
   cfg.n_batch = std::min(opt.n_batch, n_ctx), cfg.batch_invariant = opt.batch_invariant;
   cfg.n_prefix_slots = opt.prefix_cache;
@@ -667,6 +685,21 @@ int run(const options& opt) {
   pthread_kill(waiter.native_handle(), SIGTERM);
   waiter.join();
   sched.stop();
+  if (!trace_files.empty()) {
+    // every request's selections; the server has no adaptive top-k, so each token fed counts k per layer
+    gen::expert_report r;
+    r.model =
+        synth ? synth->name : (file.has("general.name") ? file.get_string("general.name") : base_name(opt.model_path));
+    r.arch = h.arch, r.n_experts = int(h.n_experts), r.n_experts_used = int(h.n_experts_used);
+    check(gen::fill_expert_report(dec, r), "reading the expert statistics");
+    uint64_t first_layer = 0;
+    for (const uint64_t c : r.counts.empty() ? std::vector<uint64_t>{} : r.counts[0]) first_layer += c;
+    r.tokens = int64_t(first_layer / std::max<uint64_t>(1, h.n_experts_used));
+    for (const auto& [flag, path] : trace_files) {
+      gen::write_output(flag, path, flag == "--expert-stats" ? gen::expert_report_json(r) : gen::expert_heatmap_svg(r));
+      std::cout << "qwen35_server: " << flag << " written to " << path << std::endl;
+    }
+  }
   std::cout << "qwen35_server: stopped" << std::endl;
   return ok ? 0 : 1;
 }

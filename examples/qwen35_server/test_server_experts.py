@@ -7,7 +7,9 @@ with every expert on the device, and /metrics counts the expert cache's selectio
 a budget below that floor, or a bad --vram, stops it with one line; a traced workload (--expert-plan) places
 slots under a budget where no uniform slot fits, with the same text. --bench-model tiny-moe serves a
 synthetic model of that shape with the file's tokenizer (the load benchmark's model on a GPU): its requests
-run to max_tokens; an unknown name is one line naming the known ones.
+run to max_tokens; an unknown name is one line naming the known ones. --expert-stats / --expert-heatmap
+write the served workload's trace when the server stops (k selections per layer for every token fed, as
+/metrics counts them), and that trace is the --expert-plan of the traced run.
 
 usage: test_server_experts.py SERVER_BINARY MOE_MODEL.gguf
 """
@@ -16,10 +18,12 @@ import http.client
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import xml.etree.ElementTree as ET
 
 binary, model = sys.argv[1:3]
 failures = []
@@ -92,10 +96,12 @@ def check_metrics(extra, port, slots):
         time.sleep(0.1)
         m = metrics(port)
     if slots is None:
+        fed_tokens.append(fed_of(m))
         if any(k.startswith("q35_expert") for k in m):
             fail(f"{extra}: every expert on the device, yet /metrics has expert lines")
         return
     fed = fed_of(m)
+    fed_tokens.append(fed)
     if m.get("q35_expert_cache_slots") != slots or total != fed * 2 * 4:
         fail(f"{extra}: /metrics slots {m.get('q35_expert_cache_slots')} (want {slots}), selections {total} "
              f"(want {fed} tokens x 2 x 4)")
@@ -120,7 +126,26 @@ def answers(extra, slots=None):
         proc.wait(timeout=60)
 
 
-resident, _ = answers([])
+fed_tokens = []  # tokens fed to the decoder by each answers() run, from /metrics
+work = tempfile.mkdtemp()
+trace, heatmap = os.path.join(work, "trace.json"), os.path.join(work, "trace.svg")
+resident, lines = answers(["--expert-stats", trace, "--expert-heatmap", heatmap])
+# the served workload's trace, written when the server stops: every layer routed k = 2 experts for each
+# token fed, as many tokens as /metrics counted; the heat map has a cell per layer and expert
+try:
+    with open(trace) as f:
+        t = json.load(f)
+    totals = [sum(l["tokens_per_expert"]) for l in t["layers"]]
+    if ([l["layer"] for l in t["layers"]], t["n_experts"], t["tokens"]) != ([0, 1, 2, 3], 8, fed_tokens[0]) or \
+            totals != [2 * fed_tokens[0]] * 4:
+        fail(f"--expert-stats: layers {[l['layer'] for l in t['layers']]}, tokens {t['tokens']} (fed "
+             f"{fed_tokens[0]}), totals {totals}")
+    svg = ET.parse(heatmap).getroot()
+    cells = [e for e in svg.iter("{http://www.w3.org/2000/svg}rect") if e.get("class") == "cell"]
+    if len(cells) != 4 * 8:
+        fail(f"--expert-heatmap: {len(cells)} cells, expected 4 layers x 8 experts")
+except (OSError, ValueError, KeyError, ET.ParseError) as e:
+    fail(f"--expert-stats / --expert-heatmap: {e!r}")
 cached, lines = answers(["--expert-cache", "2", "--expert-policy", "lru"], slots=2)
 if not any("2 of 8 experts" in l for l in lines):
     fail(f"--expert-cache 2: no plan line naming 2 of 8 experts: {lines!r}")
@@ -140,13 +165,7 @@ else:
         fail(f"--vram at the floor changed the answers: {floor!r} vs {resident!r}")
     # a traced workload (--expert-plan, the --expert-stats JSON): under the floor plus 360 kB (no uniform
     # slot fits) the layers its counts favour get slots, and the answers stay the resident ones
-    fd, trace = tempfile.mkstemp(suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump({"n_experts": 8, "layers": [{"layer": il, "tokens_per_expert": [(il * 3 + e * 5) % 8 * 10 * (il + 1)
-                                                                                     for e in range(8)]}
-                                              for il in range(4)]}, f)
     traced, lines = answers(["--vram", str(int(need.group(1)) + 360000), "--expert-plan", trace], slots=0)
-    os.remove(trace)
     if not any("traced" in l for l in lines):
         fail(f"--expert-plan: no plan line with traced slots: {lines!r}")
     if resident is not None and traced != resident:
@@ -155,6 +174,10 @@ r = subprocess.run([binary] + BASE + ["--bench-model", "tiny-moe", "--expert-pla
                    text=True, timeout=60)
 if r.returncode == 0 or "--expert-plan places a traced model file's experts, not --bench-model's" not in r.stderr:
     fail(f"--expert-plan with --bench-model: rc={r.returncode} {r.stderr!r}")
+r = subprocess.run([binary] + BASE + ["--expert-stats", os.path.join(work, "no", "dir", "t.json")], capture_output=True,
+                   text=True, timeout=60)
+if r.returncode == 0 or "--expert-stats: cannot write" not in r.stderr:
+    fail(f"--expert-stats into a missing directory: rc={r.returncode} {r.stderr!r}")
 r = subprocess.run([binary] + BASE + ["--vram", "lots"], capture_output=True, text=True, timeout=60)
 if r.returncode == 0 or "--vram: 'lots' is not a size" not in r.stderr:
     fail(f"--vram lots: rc={r.returncode} {r.stderr!r}")
@@ -178,5 +201,6 @@ r = subprocess.run([binary] + BASE + ["--bench-model", "70B"], capture_output=Tr
 if r.returncode == 0 or "--bench-model: '70B' is not a synthetic model (9B, 35B-A3B" not in r.stderr:
     fail(f"--bench-model 70B: rc={r.returncode} {r.stderr!r}")
 
+shutil.rmtree(work, ignore_errors=True)
 print("server experts: " + ("all checks passed" if not failures else f"{len(failures)} check(s) failed"))
 sys.exit(1 if failures else 0)

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-namespace q35::cli {
+namespace q35::gen {
 
 namespace {
 
@@ -271,4 +271,4 @@ void write_output(const std::string& flag, const std::string& path, const std::s
   if (!f) throw std::runtime_error(flag + ": cannot write '" + path + "'");
 }
 
-}  // namespace q35::cli
+}  // namespace q35::gen

@@ -1,12 +1,17 @@
-// Expert-selection traces of a session (--expert-stats FILE.json, --expert-heatmap FILE.svg): the
-// per-MoE-layer histograms of routed tokens as JSON, and as an SVG heat map (host code only).
+// Expert-selection traces of a session (--expert-stats FILE.json, --expert-heatmap FILE.svg, both
+// programs): the per-MoE-layer histograms of routed tokens as JSON, and as an SVG heat map (host code
+// only). The JSON is also what --expert-plan reads back (expert_trace.hpp).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-namespace q35::cli {
+#include "q35/core/status.hpp"
+
+namespace q35::gen {
+
+class decoder;
 
 struct expert_report {
   std::string model;  // general.name, else the file's name
@@ -30,6 +35,11 @@ struct expert_report {
   std::string cache_policy;  // how slots are chosen
 };
 
+// Fills r's layers, counts and (host-resident experts) cache records, slots and policy from the
+// decoder's statistics (decoder_config::expert_stats, or a cache); the caller sets the model's names,
+// its expert counts, the tokens fed and the adaptive top-k. Defined with the decoder (decoder_experts.cpp).
+status fill_expert_report(decoder& d, expert_report& r);
+
 // The report as JSON (docs/moe.md, "Traces and a heat map", has the schema).
 std::string expert_report_json(const expert_report& r);
 
@@ -44,4 +54,4 @@ std::string check_output_path(const std::string& flag, const std::string& path);
 // Writes `text` to `path`; throws std::runtime_error naming the flag and the path on failure.
 void write_output(const std::string& flag, const std::string& path, const std::string& text);
 
-}  // namespace q35::cli
+}  // namespace q35::gen
