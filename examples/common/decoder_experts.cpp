@@ -137,7 +137,9 @@ status fill_expert_report(decoder& d, expert_report& r) {
                            "interval, the most selected first), "
                          : "frequency: the slots hold the experts with the most selections (halved at each "
                            "rebalance), ";
-    r.cache_policy += "rebalanced every " + std::to_string(d.expert_rebalance_steps()) + " steps";
+    r.cache_policy += d.expert_rebalance_steps() > 0
+                          ? "rebalanced every " + std::to_string(d.expert_rebalance_steps()) + " steps"
+                          : "never rebalanced (the slots keep their first experts)";
   }
   return status::success();
 }

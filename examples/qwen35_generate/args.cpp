@@ -187,6 +187,16 @@ const std::vector<flag>& flags() {
        "N",
        [](options& o, const std::string& n, const std::string& v) { o.expert_cache = parse_int(n, v, 0, 65536); }},
       {{"--expert-plan"}, "FILE", [](options& o, auto&, const std::string& v) { o.expert_plan_path = v; }},
+      {{"--expert-window"},
+       "N",
+       [](options& o, const std::string& n, const std::string& v) {
+         o.expert_window = int(parse_int(n, v, 1, 65536));
+       }},
+      {{"--expert-rebalance"},
+       "N",
+       [](options& o, const std::string& n, const std::string& v) {
+         o.expert_rebalance = int(parse_int(n, v, 0, 1 << 20));
+       }},
       {{"--expert-policy"},
        "NAME",
        [](options& o, const std::string& n, const std::string& v) {
@@ -281,6 +291,10 @@ options parse_args(const std::vector<std::string>& args) {
   if (o.expert_policy && !runs_model)
     throw usage_error("--expert-policy applies to generation (-p, -f, -cnv) and --bench");
   if (o.vram && !runs_model) throw usage_error("--vram applies to generation (-p, -f, -cnv) and --bench");
+  if (o.expert_window && !runs_model)
+    throw usage_error("--expert-window applies to generation (-p, -f, -cnv) and --bench");
+  if (o.expert_rebalance && !runs_model)
+    throw usage_error("--expert-rebalance applies to generation (-p, -f, -cnv) and --bench");
   if (o.expert_plan_path && o.expert_plan_path->empty()) throw usage_error("--expert-plan: empty path");
   if (o.expert_plan_path && o.cmd != command::generate)
     throw usage_error("--expert-plan applies to generation (-p, -f, -cnv) of the traced model");
@@ -357,6 +371,13 @@ std::string usage(const std::string& program) {
          "                         with its most selected experts (the same number per layer without it)\n"
          "  --expert-policy NAME   which experts the slots hold: frequency (the most selections, halved every\n"
          "                         rebalance; the default) or lru (the most recently selected)\n"
+         "  --expert-rebalance N   MoE models with host experts: decode steps between rebalances of the slots\n"
+         "                         (each reads the router's counts; default 16; 0: the slots keep their first\n"
+         "                         experts)\n"
+         "  --expert-window N      MoE models with host experts: a prompt chunk of more than 8 tokens copies\n"
+         "                         its selected experts into a staging area N experts at a time (default 64);\n"
+         "                         a smaller area leaves more device memory for slots, a larger one fewer\n"
+         "                         launches\n"
          "  --vram SIZE            device memory q35 may use (24G, 16000M, 1.5GiB; K/M/G/T are powers of\n"
          "                         1024). Weights but the routed experts, KV cache, state and workspaces go\n"
          "                         first; then every routed expert if all fit, else as many slots per MoE\n"

@@ -57,6 +57,8 @@ struct options {
   std::vector<uint64_t> vram_list;              // --vram SIZE[,SIZE...] (a list only with --bench)
   std::optional<std::string> expert_policy;     // --expert-policy frequency|lru
   std::optional<std::string> expert_plan_path;  // --expert-plan FILE: slots placed by a traced workload
+  std::optional<int> expert_window;             // --expert-window N: experts per staging window (prompts)
+  std::optional<int> expert_rebalance;          // --expert-rebalance N: decode steps between rebalances (0: never)
   // adaptive top-k of the MoE layers (opt-in): experts per token by routing entropy
   std::optional<std::array<int, 3>> moe_adaptive_k;          // --moe-adaptive-k K1,K2,K3
   std::optional<std::array<float, 2>> moe_adaptive_entropy;  // --moe-adaptive-entropy H1,H2 (nats)

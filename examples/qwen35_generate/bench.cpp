@@ -488,8 +488,10 @@ int run_bench(const options& opt, std::ostream& out) {
                                             : std::vector<int64_t>{32};
   plan.tg = opt.n_predict > 0 ? opt.n_predict : on_gpu ? 128 : 4;
   plan.breakdown_steps = on_gpu ? 8 : 1;
-  const gen::decoder_config cfg = model_bench::config(
+  gen::decoder_config cfg = model_bench::config(
       plan, opt.n_batch, opt.expert_policy == "lru" ? gen::expert_policy::lru : gen::expert_policy::frequency);
+  if (opt.expert_window) cfg.expert_staging_window = *opt.expert_window;
+  if (opt.expert_rebalance) cfg.expert_rebalance_steps = *opt.expert_rebalance;
 
   const device_facts dev = query_device(!opt.vram_list.empty() || opt.expert_cache);
   const std::string json_path = opt.bench_json_path.empty() ? default_json_path(dev) : opt.bench_json_path;

@@ -242,6 +242,10 @@ int run_generate(const options& opt, std::ostream&) {
     throw std::runtime_error("--expert-cache: " + opt.model_path + " has no MoE layers");
   if (opt.expert_policy && bound.hparams.count(models::ffn_type::moe) == 0)
     throw std::runtime_error("--expert-policy: " + opt.model_path + " has no MoE layers");
+  if (opt.expert_window && bound.hparams.count(models::ffn_type::moe) == 0)
+    throw std::runtime_error("--expert-window: " + opt.model_path + " has no MoE layers");
+  if (opt.expert_rebalance && bound.hparams.count(models::ffn_type::moe) == 0)
+    throw std::runtime_error("--expert-rebalance: " + opt.model_path + " has no MoE layers");
   // a traced workload (an earlier session's --expert-stats) places the slots (--expert-plan)
   std::optional<std::vector<std::vector<uint64_t>>> trace;
   if (opt.expert_plan_path) {
@@ -259,6 +263,8 @@ int run_generate(const options& opt, std::ostream&) {
   cfg.expert_stats = !expert_files.empty();
   cfg.moe_adaptive_k = adaptive;
   if (opt.expert_policy == "lru") cfg.expert_cache_policy = gen::expert_policy::lru;
+  if (opt.expert_window) cfg.expert_staging_window = *opt.expert_window;
+  if (opt.expert_rebalance) cfg.expert_rebalance_steps = *opt.expert_rebalance;
 
   // The memory plan: the non-expert part first, then every routed expert or as many slots as fit.
   const uint64_t budget = opt.vram ? *opt.vram : gen::default_memory_budget();

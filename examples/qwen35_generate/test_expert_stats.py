@@ -6,7 +6,8 @@ bad paths and a model without MoE layers exit 1 with one line; --moe-adaptive-k:
 each layer's total between tokens x the smallest and the largest k value, and its bad values; --expert-cache:
 the same greedy text as all resident, each layer's cache block (hits + misses + staged = total), bad values;
 --vram: below the floor (one line, both numbers), at the floor (0 slots, the same text), roomy (all resident);
---expert-plan: a trace of the resident session places slots where a uniform plan has none, the same text; its errors.
+--expert-plan: a trace of the resident session places slots where a uniform plan has none, the same text; its errors;
+--expert-window 1: a lower floor with the same text; --expert-rebalance 0 (no promotions) and 1 (promotions): the same text.
 
 usage: test_expert_stats.py QWEN35_GENERATE TEST_DATA_DIR WORK_DIR
 """
@@ -168,6 +169,38 @@ if resident and need:
         r = run(["-m", moe] + plan_args)
         if "traced" not in r.stderr or ",".join(map(str, slots)) + " of 8 experts" not in r.stderr:
             fail(f"--expert-plan: the plan line does not list the traced slots {slots}: {r.stderr!r}")
+# --expert-window 1: a staging area of one expert instead of all 8 lowers the floor; at that floor the
+# text stays the resident one, and without the flag the same budget is refused
+if resident and need:
+    r = run(["-m", moe] + long_prompt + stats_args + ["--vram", "1M", "--expert-window", "1"])
+    need1 = re.search(r"is below the [0-9.]+ MiB \((\d+) bytes\)", r.stderr)
+    if r.returncode != 1 or not need1 or not int(need1.group(1)) < int(need.group(1)):
+        fail(f"--expert-window 1: expected a floor below {need.group(1)} bytes, got rc={r.returncode} {r.stderr!r}")
+    else:
+        w1 = check_session("moe_window1", moe, long_prompt + ["--vram", need1.group(1), "--expert-window", "1"], 4,
+                           cache_slots=0)
+        if w1 and w1["_stdout"] != resident["_stdout"]:
+            fail(f"--expert-window 1 changed the text: {w1['_stdout']!r} vs {resident['_stdout']!r}")
+        r = run(["-m", moe] + long_prompt + ["--vram", need1.group(1)])
+        if r.returncode != 1 or "is below the" not in r.stderr:
+            fail(f"--vram {need1.group(1)} without --expert-window 1: rc={r.returncode} {r.stderr!r}")
+# --expert-rebalance 0: the slots keep their first experts (no promotions); 1: a rebalance every step
+# (promotions); both keep the resident text
+if resident:
+    still = check_session("moe_rebalance0", moe, long_prompt + ["--expert-cache", "2", "--expert-rebalance", "0"], 4,
+                          cache_slots=2)
+    if still and (any(l["cache"]["promotions"] != 0 for l in still["layers"]) or
+                  "never rebalanced" not in still["layers"][0]["cache"]["policy"] or
+                  still["_stdout"] != resident["_stdout"]):
+        fail(f"--expert-rebalance 0: promotions {[l['cache']['promotions'] for l in still['layers']]}, policy "
+             f"{still['layers'][0]['cache']['policy']!r}, text {still['_stdout']!r}")
+    busy = check_session("moe_rebalance1", moe, long_prompt + ["--expert-cache", "2", "--expert-rebalance", "1"], 4,
+                         cache_slots=2)
+    if busy and (sum(l["cache"]["promotions"] for l in busy["layers"]) == 0 or
+                 "rebalanced every 1 steps" not in busy["layers"][0]["cache"]["policy"] or
+                 busy["_stdout"] != resident["_stdout"]):
+        fail(f"--expert-rebalance 1: promotions {[l['cache']['promotions'] for l in busy['layers']]}, text "
+             f"{busy['_stdout']!r}")
 roomy = check_session("moe_vram_all", moe, long_prompt + ["--vram", "1G"], 4)
 if resident and roomy and resident["_stdout"] != roomy["_stdout"]:
     fail("--vram 1G changed the text")
@@ -194,6 +227,12 @@ expect_fail(r"--expert-cache: .*tiny_dense_q4km.gguf has no MoE layers", ["-m", 
 expect_fail(r"--expert-cache applies to generation", ["-m", moe, "--info", "--expert-cache", "1"])
 expect_fail(r"--expert-policy expects frequency or lru, got 'mru'", ["-m", moe, "-p", "hi", "--expert-policy", "mru"])
 expect_fail(r"--expert-policy: .*tiny_dense_q4km.gguf has no MoE layers", ["-m", dense, "-p", "hi", "--expert-policy", "lru"])
+expect_fail(r"--expert-window must be in 1\.\.65536", ["-m", moe, "-p", "hi", "--expert-window", "0"])
+expect_fail(r"--expert-rebalance must be in 0\.\.1048576", ["-m", moe, "-p", "hi", "--expert-rebalance", "-1"])
+expect_fail(r"--expert-window: .*tiny_dense_q4km.gguf has no MoE layers", ["-m", dense, "-p", "hi", "--expert-window", "4"])
+expect_fail(r"--expert-rebalance: .*tiny_dense_q4km.gguf has no MoE layers",
+            ["-m", dense, "-p", "hi", "--expert-rebalance", "4"])
+expect_fail(r"--expert-window applies to generation", ["-m", moe, "--info", "--expert-window", "4"])
 expect_fail(r"--vram expects a size in bytes .*got '0'", ["-m", moe, "-p", "hi", "--vram", "0"])
 expect_fail(r"--vram expects a size in bytes .*got '24X'", ["-m", moe, "-p", "hi", "--vram", "24X"])
 expect_fail(r"--vram applies to generation", ["-m", moe, "--info", "--vram", "24G"])

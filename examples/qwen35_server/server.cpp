@@ -31,6 +31,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -45,153 +46,13 @@
 #include "q35/io/stream_decoder.hpp"
 #include "q35/io/tokenizer.hpp"
 #include "scheduler.hpp"
+#include "server_args.hpp"
 #include "synth_model.hpp"
 
 namespace {
 
 using namespace q35;
 namespace srv = q35::server;
-
-struct options {
-  std::string model_path;
-  std::string host = "127.0.0.1";
-  int port = 8080;  // 0: any free port (printed)
-  int n_parallel = 4;
-  std::optional<int64_t> n_ctx;  // default: min(4096, the model's)
-  int64_t n_batch = 512;
-  std::string api_key;
-  std::string cache_type_k = "f16", cache_type_v = "f16";
-  int timeout_s = 600;
-  size_t max_queue = 64;
-  bool batch_invariant = true;
-  int prefix_cache = 16;                                    // prefix checkpoints kept (0: no prefix reuse)
-  std::optional<uint64_t> vram;                             // device memory budget (bytes)
-  std::optional<int64_t> expert_cache;                      // device slots per MoE layer
-  bool lru_experts = false;                                 // --expert-policy lru
-  std::optional<std::string> expert_plan;                   // --expert-plan FILE: slots placed by a traced workload
-  std::optional<std::string> expert_stats, expert_heatmap;  // written when the server stops
-  std::string bench_model;                                  // a synthetic model's key (gen::synth_models), or empty
-};
-
-const char* usage_text =
-    "usage: qwen35_server -m FILE [options]\n"
-    "  -m, --model FILE       GGUF model (qwen35 / qwen35moe)\n"
-    "  --host ADDR            address to listen on (default 127.0.0.1)\n"
-    "  --port N               port (default 8080; 0: any free port, printed on stdout)\n"
-    "  -np, --parallel N      sequences decoded together (default 4)\n"
-    "  -c, --ctx-size N       tokens of the KV pool all sequences share; pages are taken on demand, so one\n"
-    "                         request may use all of it (default 4096, at most the model's)\n"
-    "  -b, --batch-size N     prompt tokens per step (default 512)\n"
-    "  --api-key KEY          require 'Authorization: Bearer KEY' (all endpoints but /health)\n"
-    "  -ctk, -ctv TYPE        KV cache element type: f32, f16 (default), bf16\n"
-    "  --timeout N            read/write timeout of a connection in seconds (default 600)\n"
-    "  --queue N              requests waiting for a sequence at most; more get 503 (default 64)\n"
-    "  --no-batch-invariant   faster batches whose rows may differ in the last bits with their company\n"
-    "  --prefix-cache N       prefix checkpoints kept for reuse across requests, each one recurrent state\n"
-    "                         in device memory (size printed at start) and the KV pages of its tokens\n"
-    "                         (default 16; 0: off)\n"
-    "  --vram SIZE            device memory q35 may use (24G, 16000M); MoE models whose experts do not all\n"
-    "                         fit keep them in pinned host memory behind as many device slots per layer as\n"
-    "                         fit (default: the device's free memory less max(512 MiB, 4%); the sim: no limit)\n"
-    "  --expert-cache N       MoE models: N device slots per MoE layer, the other experts in host memory\n"
-    "  --expert-plan FILE     MoE models: place the slots by a workload traced with qwen35_generate\n"
-    "                         --expert-stats FILE (each layer the slots that save the most bus bytes)\n"
-    "  --expert-policy NAME   which experts the slots hold: frequency (default) or lru\n"
-    "  --expert-stats FILE    MoE models: when the server stops (SIGINT, SIGTERM), write per MoE layer the\n"
-    "                         tokens routed to each expert over every request as JSON (--expert-plan's input)\n"
-    "  --expert-heatmap FILE  MoE models: the same counts as an SVG heat map (layers x experts)\n"
-    "  --bench-model NAME     load benchmarks without a download: serve a synthetic full-size model (random\n"
-    "                         Q4_K_M weights built on the device: 9B, 27B, 35B-A3B, 122B-A10B, 397B-A17B,\n"
-    "                         9B-MoE, tiny-dense, tiny-moe) with the tokenizer and chat template of -m FILE.\n"
-    "                         Its text is meaningless: an id past that vocabulary shows as the token id\n"
-    "                         modulo its size, and requests run to max_tokens (no end-of-generation ids)\n";
-
-[[noreturn]] void bad_usage(const std::string& m) { throw std::invalid_argument(m); }
-
-int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo, int64_t hi) {
-  size_t used = 0;
-  int64_t x = 0;
-  try {
-    x = std::stoll(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != v.size()) bad_usage(flag + ": '" + v + "' is not an integer");
-  if (x < lo || x > hi) bad_usage(flag + ": " + v + " is outside " + std::to_string(lo) + ".." + std::to_string(hi));
-  return x;
-}
-
-options parse_args(int argc, char** argv) {
-  options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) bad_usage(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "-h" || a == "--help") {
-      std::cout << usage_text;
-      std::exit(0);
-    } else if (a == "-m" || a == "--model") {
-      o.model_path = value();
-    } else if (a == "--host") {
-      o.host = value();
-    } else if (a == "--port") {
-      o.port = int(parse_int(a, value(), 0, 65535));
-    } else if (a == "-np" || a == "--parallel") {
-      o.n_parallel = int(parse_int(a, value(), 1, 4096));
-    } else if (a == "-c" || a == "--ctx-size") {
-      o.n_ctx = parse_int(a, value(), 1, int64_t(1) << 30);
-    } else if (a == "-b" || a == "--batch-size") {
-      o.n_batch = parse_int(a, value(), 1, 1 << 20);
-    } else if (a == "--api-key") {
-      o.api_key = value();
-      if (o.api_key.empty()) bad_usage("--api-key: the key is empty");
-    } else if (a == "-ctk" || a == "--cache-type-k" || a == "-ctv" || a == "--cache-type-v") {
-      const std::string t = value();
-      if (t != "f32" && t != "f16" && t != "bf16") bad_usage(a + ": '" + t + "' is not f32, f16 or bf16");
-      (a == "-ctk" || a == "--cache-type-k" ? o.cache_type_k : o.cache_type_v) = t;
-    } else if (a == "--timeout") {
-      o.timeout_s = int(parse_int(a, value(), 1, 86400));
-    } else if (a == "--queue") {
-      o.max_queue = size_t(parse_int(a, value(), 1, 1 << 20));
-    } else if (a == "--prefix-cache") {
-      o.prefix_cache = int(parse_int(a, value(), 0, 4096));
-    } else if (a == "--vram") {
-      const std::string v = value();
-      o.vram = gen::parse_memory_size(v);
-      if (!o.vram)
-        bad_usage(a + ": '" + v + "' is not a size in bytes with an optional K, M, G or T suffix (e.g. 24G)");
-    } else if (a == "--expert-cache") {
-      o.expert_cache = parse_int(a, value(), 0, 65536);
-    } else if (a == "--expert-plan") {
-      o.expert_plan = value();
-      if (o.expert_plan->empty()) bad_usage(a + ": empty path");
-    } else if (a == "--expert-stats" || a == "--expert-heatmap") {
-      (a == "--expert-stats" ? o.expert_stats : o.expert_heatmap) = value();
-    } else if (a == "--expert-policy") {
-      const std::string v = value();
-      if (v != "frequency" && v != "lru") bad_usage(a + ": '" + v + "' is not frequency or lru");
-      o.lru_experts = v == "lru";
-    } else if (a == "--bench-model") {
-      o.bench_model = value();
-      if (!gen::find_synth_model(gen::synth_models(), o.bench_model))
-        bad_usage(a + ": '" + o.bench_model + "' is not a synthetic model (" + gen::synth_model_keys() + ")");
-    } else if (a == "--no-batch-invariant") {
-      o.batch_invariant = false;
-    } else {
-      bad_usage("unknown argument '" + a + "'");
-    }
-  }
-  if (o.model_path.empty()) bad_usage("-m FILE is required");
-  if (o.cache_type_k != o.cache_type_v)
-    bad_usage("-ctk and -ctv must name the same type (the KV pool holds one element type)");
-  return o;
-}
-
-kv::kv_type to_kv_type(const std::string& t) {
-  return t == "f32" ? kv::kv_type::f32 : t == "bf16" ? kv::kv_type::bf16 : kv::kv_type::f16;
-}
 
 // A request's ids on their way from the stepping thread to its connection thread.
 struct channel {
@@ -221,7 +82,7 @@ struct http_counters {
 
 class server {
  public:
-  server(const options& opt, const io::tokenizer& tok, srv::scheduler& sched, std::string model_id, int64_t n_ctx,
+  server(const srv::options& opt, const io::tokenizer& tok, srv::scheduler& sched, std::string model_id, int64_t n_ctx,
          int64_t pages_total, int32_t fold_ids)
       : opt_(opt),
         tok_(tok),
@@ -551,7 +412,7 @@ class server {
     return o.str();
   }
 
-  const options& opt_;
+  const srv::options& opt_;
   const io::tokenizer& tok_;
   srv::scheduler& sched_;
   std::string model_id_;
@@ -580,7 +441,7 @@ std::string mib(uint64_t bytes) {
   return buf;
 }
 
-int run(const options& opt) {
+int run(const srv::options& opt) {
   // SIGINT / SIGTERM end the server through a thread that waits for them (no work in a signal handler)
   sigset_t sigs;
   sigemptyset(&sigs);
@@ -607,8 +468,12 @@ int run(const options& opt) {
   if (n_ctx > model_ctx)
     throw std::invalid_argument("-c " + std::to_string(n_ctx) + " exceeds the model's context length " +
                                 std::to_string(model_ctx) + " (" + bound.hparams.arch + ".context_length)");
-  if (opt.expert_cache && h.count(models::ffn_type::moe) == 0)
-    throw std::invalid_argument("--expert-cache: " + (synth ? synth->key : opt.model_path) + " has no MoE layers");
+  for (const auto& [flag, given] :
+       {std::pair{"--expert-cache", bool(opt.expert_cache)}, std::pair{"--expert-window", bool(opt.expert_window)},
+        std::pair{"--expert-rebalance", bool(opt.expert_rebalance)}})
+    if (given && h.count(models::ffn_type::moe) == 0)
+      throw std::invalid_argument(std::string(flag) + ": " + (synth ? synth->key : opt.model_path) +
+                                  " has no MoE layers");
   std::optional<std::vector<std::vector<uint64_t>>> trace;  // --expert-plan
   if (opt.expert_plan) {
     if (synth) throw std::invalid_argument("--expert-plan places a traced model file's experts, not --bench-model's");
@@ -630,10 +495,12 @@ int run(const options& opt) {
   }
   gen::decoder_config cfg;
   cfg.expert_stats = !trace_files.empty();
-  cfg.n_ctx = n_ctx, cfg.n_seq_max = opt.n_parallel, cfg.kv_type = to_kv_type(opt.cache_type_k);
+  cfg.n_ctx = n_ctx, cfg.n_seq_max = opt.n_parallel, cfg.kv_type = srv::to_kv_type(opt.cache_type_k);
   cfg.n_batch = std::min(opt.n_batch, n_ctx), cfg.batch_invariant = opt.batch_invariant;
   cfg.n_prefix_slots = opt.prefix_cache;
   if (opt.lru_experts) cfg.expert_cache_policy = gen::expert_policy::lru;
+  if (opt.expert_window) cfg.expert_staging_window = *opt.expert_window;
+  if (opt.expert_rebalance) cfg.expert_rebalance_steps = *opt.expert_rebalance;
   // the memory plan (gen::plan_memory): every routed expert on the device if all fit, else slots
   gen::memory_plan plan;
   const uint64_t budget = opt.vram ? *opt.vram : gen::default_memory_budget();
@@ -707,11 +574,11 @@ int run(const options& opt) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  options opt;
+  srv::options opt;
   try {
-    opt = parse_args(argc, argv);
+    opt = srv::parse_args(argc, argv);
   } catch (const std::invalid_argument& e) {
-    std::cerr << "qwen35_server: " << e.what() << "\n" << usage_text;
+    std::cerr << "qwen35_server: " << e.what() << "\n" << srv::usage_text;
     return 1;
   }
   try {

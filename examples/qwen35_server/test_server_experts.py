@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The server with the routed experts in host memory: qwen35_server on the tiny MoE fixture with
---expert-cache 2 --expert-policy lru (and with --vram at the smallest budget the plan accepts: 0 slots, every expert read from
-host memory) answers 4 concurrent greedy completions, prompts longer than 8 tokens among them (the staged
+--expert-cache 2 --expert-policy lru --expert-rebalance 1 --expert-window 1 (and with --vram at the smallest
+budget the plan accepts: 0 slots, every expert read from host memory) answers 4 concurrent greedy completions, prompts longer than 8 tokens among them (the staged
 grouped path) and one-token decode steps of several sequences at once, with the same text as the server
 with every expert on the device, and /metrics counts the expert cache's selections (tokens fed x k x layers);
 a budget below that floor, or a bad --vram, stops it with one line; a traced workload (--expert-plan) places
@@ -146,7 +146,9 @@ try:
         fail(f"--expert-heatmap: {len(cells)} cells, expected 4 layers x 8 experts")
 except (OSError, ValueError, KeyError, ET.ParseError) as e:
     fail(f"--expert-stats / --expert-heatmap: {e!r}")
-cached, lines = answers(["--expert-cache", "2", "--expert-policy", "lru"], slots=2)
+# 2 slots under lru, rebalanced every step, prompts staged one expert at a time
+cached, lines = answers(["--expert-cache", "2", "--expert-policy", "lru", "--expert-rebalance", "1", "--expert-window",
+                         "1"], slots=2)
 if not any("2 of 8 experts" in l for l in lines):
     fail(f"--expert-cache 2: no plan line naming 2 of 8 experts: {lines!r}")
 if resident is not None and cached != resident:
@@ -178,6 +180,9 @@ r = subprocess.run([binary] + BASE + ["--expert-stats", os.path.join(work, "no",
                    text=True, timeout=60)
 if r.returncode == 0 or "--expert-stats: cannot write" not in r.stderr:
     fail(f"--expert-stats into a missing directory: rc={r.returncode} {r.stderr!r}")
+r = subprocess.run([binary] + BASE + ["--expert-window", "0"], capture_output=True, text=True, timeout=60)
+if r.returncode == 0 or "--expert-window: 0 is outside 1..65536" not in r.stderr:
+    fail(f"--expert-window 0: rc={r.returncode} {r.stderr!r}")
 r = subprocess.run([binary] + BASE + ["--vram", "lots"], capture_output=True, text=True, timeout=60)
 if r.returncode == 0 or "--vram: 'lots' is not a size" not in r.stderr:
     fail(f"--vram lots: rc={r.returncode} {r.stderr!r}")
