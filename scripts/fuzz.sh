@@ -5,7 +5,9 @@
 #         the dequant kernel on the sim backend (Boost.Context fibers) from an exact-size copy, so ASan
 #         checks that the kernel reads only the bytes the reader validated (fuzz/gguf_fuzz.cpp);
 #   api   qwen35_server's protocol layer: request bodies, generated text whole against streamed, the
-#         response bodies and SSE frames, the Authorization check (fuzz/api_fuzz.cpp).
+#         response bodies and SSE frames, the Authorization check (fuzz/api_fuzz.cpp);
+#   tokenizer  encode/decode round trips and the stream decoder on the bundled tiny model's
+#         vocabulary, the real pre-tokenizer regex on PCRE2 (fuzz/tokenizer_fuzz.cpp).
 #
 # Usage: scripts/fuzz.sh [seconds per target = 60] [target ...]   (default: every target)
 #   env: Q35_FUZZ_BUILD_DIR (default build-fuzz), Q35_FUZZ_JOBS (default 2, build parallelism)
@@ -20,15 +22,15 @@ set -euo pipefail
 
 seconds="${1:-60}"
 if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [ "$seconds" -lt 1 ]; then
-  echo "usage: $0 [seconds >= 1] [gguf|api ...]" >&2
+  echo "usage: $0 [seconds >= 1] [gguf|api|tokenizer ...]" >&2
   exit 2
 fi
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(gguf api)
+[ ${#targets[@]} -gt 0 ] || targets=(gguf api tokenizer)
 for t in "${targets[@]}"; do
-  if [ "$t" != gguf ] && [ "$t" != api ]; then
-    echo "fuzz: unknown target '$t' (gguf, api)" >&2
+  if [ "$t" != gguf ] && [ "$t" != api ] && [ "$t" != tokenizer ]; then
+    echo "fuzz: unknown target '$t' (gguf, api, tokenizer)" >&2
     exit 2
   fi
 done
