@@ -9,7 +9,30 @@
 #include <new>
 #include <vector>
 
+#if defined(__SANITIZE_ADDRESS__)
+#define Q35_SIM_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define Q35_SIM_ASAN 1
+#endif
+#endif
+#if defined(Q35_SIM_ASAN)
+#include <sanitizer/asan_interface.h>
+#endif
+
 namespace q35::sim::detail {
+
+// Under AddressSanitizer: marks [p, p + n) addressable again. A fiber's frames leave ASan's poison
+// (redzones, and frames a forced unwind left without their epilogue) in the shadow of its stack;
+// a reused stack, or memory the kernel maps later where a pool was, would otherwise read as a stack
+// overflow. A no-op in other builds.
+inline void unpoison_stack(void* p, size_t n) {
+#if defined(Q35_SIM_ASAN)
+  ASAN_UNPOISON_MEMORY_REGION(p, n);
+#else
+  (void)p, (void)n;
+#endif
+}
 
 class stack_pool {
  public:
@@ -28,7 +51,10 @@ class stack_pool {
     }
     capacity_ = n_stacks;
   }
-  ~stack_pool() { munmap(base_, bytes_); }
+  ~stack_pool() {
+    unpoison_stack(base_, bytes_);
+    munmap(base_, bytes_);
+  }
   stack_pool(const stack_pool&) = delete;
   stack_pool& operator=(const stack_pool&) = delete;
 
@@ -43,7 +69,10 @@ class stack_pool {
     free_.pop_back();
     return sc;
   }
-  void push(boost::context::stack_context& sc) noexcept { free_.push_back(static_cast<char*>(sc.sp)); }
+  void push(boost::context::stack_context& sc) noexcept {
+    unpoison_stack(static_cast<char*>(sc.sp) - sc.size, sc.size);
+    free_.push_back(static_cast<char*>(sc.sp));
+  }
 
  private:
   char* base_ = nullptr;
