@@ -177,16 +177,17 @@ void bm_moe(benchmark::State& state) {
 // The same layer with its routed experts behind an expert index (moe_weights::maybe_index, as the
 // decoder's expert cache sets it), every expert in device memory (args: 0) or in pinned host memory
 // read over the bus (1), at `tokens` rows (the grouped path past 8: the selected experts staged a
-// window of `window` experts at a time, launch/moe.hpp). What the staging windows cost against one
-// pass (window 256), and the bus rate of a prompt chunk's expert reads (expert_GB/s: the distinct
-// experts' bytes over the call's time).
+// window of `window` experts at a time, launch/moe_grouped.hpp; experts in device memory staged too
+// (in_place 0) or read where they are, as the decoder's slots are (1)). What the staging windows and
+// the copies within device memory cost against one pass (window 256) and in place, and the bus rate
+// of a prompt chunk's expert reads (expert_GB/s: the distinct experts' bytes over the call's time).
 void bm_moe_indexed(benchmark::State& state) {
   if (bench::skip_without_gpu(state)) return;
 #if Q35_BACKEND_CUDA
   moe_layer L;
   if (!L.init(state, state.range(0))) return;
   const int window = int(state.range(1));
-  const bool host = state.range(2) != 0;
+  const bool host = state.range(2) != 0, in_place = state.range(3) != 0;
   // merged experts as a GGUF ffn_gate_up_exps holds them: [E][gate | up], then [E][down]
   const size_t gu_bytes = size_t(n_experts) * 2 * mat_bytes, all_bytes = gu_bytes + size_t(n_experts) * mat_bytes;
   std::vector<uint8_t> hw(all_bytes);
@@ -214,6 +215,8 @@ void bm_moe_indexed(benchmark::State& state) {
   mw.up_exps = {experts + mat_bytes, q4k, n_embd, expert_ff, n_experts, int64_t(2 * mat_bytes)};
   mw.down_exps = {experts + gu_bytes, q4k, expert_ff, n_embd, n_experts, int64_t(mat_bytes)};
   mw.maybe_index = {index.data(), index.data(), n_experts, staging.data(), staging_bytes};
+  if (in_place)  // every index names device memory
+    mw.maybe_index.in_place_gu_end = mw.maybe_index.in_place_dn_end = n_experts;
   bench::time_launches(state, [&](int i) -> status { return launch::moe_ffn(L.args_of(i % n_inputs), mw); });
   const double expert_bytes = L.distinct * 3 * mat_bytes;
   state.counters["expert_GB/s"] =
@@ -221,7 +224,9 @@ void bm_moe_indexed(benchmark::State& state) {
   state.counters["distinct_experts"] = L.distinct;
   state.counters["staging_MiB"] = double(staging_bytes) / (1 << 20);
   state.SetLabel(bench::device_name() + " 35B-A3B MoE layer, indexed Q4_K experts in " +
-                 (host ? "pinned host memory" : "device memory"));
+                 (host       ? "pinned host memory"
+                  : in_place ? "device memory, read in place"
+                             : "device memory, staged"));
 #endif
 }
 
@@ -236,15 +241,16 @@ BENCHMARK_TEMPLATE(bm_moe, moe_stage::whole)
 BENCHMARK_TEMPLATE(bm_moe, moe_stage::router)->Arg(1)->Arg(8)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_TEMPLATE(bm_moe, moe_stage::gate_up)->Arg(1)->Arg(8)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_TEMPLATE(bm_moe, moe_stage::down)->Arg(1)->Arg(8)->UseManualTime()->Unit(benchmark::kMicrosecond);
-// {tokens, staging window, experts in host memory}
+// {tokens, staging window, experts in host memory, experts in device memory read in place}
 BENCHMARK(bm_moe_indexed)
-    ->Args({1, 256, 0})
-    ->Args({1, 256, 1})
-    ->Args({512, 256, 0})
-    ->Args({512, 64, 0})
-    ->Args({512, 16, 0})
-    ->Args({512, 256, 1})
-    ->Args({512, 64, 1})
+    ->Args({1, 256, 0, 0})
+    ->Args({1, 256, 1, 0})
+    ->Args({512, 256, 0, 0})
+    ->Args({512, 64, 0, 0})
+    ->Args({512, 16, 0, 0})
+    ->Args({512, 64, 0, 1})
+    ->Args({512, 256, 1, 0})
+    ->Args({512, 64, 1, 0})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -233,6 +233,13 @@ void expert_store::indexed_views(const layer& l, launch::moe_weights& w) const {
   w.up_exps = {l.base_gu + l.gate_bytes, l.gate_type, l.n_embd, l.ff, n_experts_, l.gu_stride};
   w.down_exps = {l.base_dn, l.down_type, l.ff, l.n_embd, n_experts_, l.dn_stride};
   w.maybe_index = {l.index_gu.data(), l.index_dn.data(), l.n_virtual};
+  // the slots are device memory: the grouped path reads the experts in them in place
+  if (const int32_t S = int32_t(l.slot_expert.size()); S > 0) {
+    w.maybe_index.in_place_gu_begin = int32_t(index_of(l.slot_gu, l.base_gu, l.gu_stride));
+    w.maybe_index.in_place_dn_begin = int32_t(index_of(l.slot_dn, l.base_dn, l.dn_stride));
+    w.maybe_index.in_place_gu_end = w.maybe_index.in_place_gu_begin + S;
+    w.maybe_index.in_place_dn_end = w.maybe_index.in_place_dn_begin + S;
+  }
 }
 
 uint64_t expert_staging_bytes(const std::vector<expert_layer_shape>& layers, int n_experts, int window) {

@@ -319,6 +319,47 @@ TEST_CASE("expert_store: the index names a slot only after its copy has landed" 
   CHECK(store.land(past, nullptr).code() == status_code::invalid_argument);
 }
 
+// The grouped path reads an expert in place exactly when the index names its slot: the in-place ranges
+// the store gives the kernels cover the slots' indexes and no home index, for gate+up and down, before
+// and after a promotion lands (a range that reached home would read host memory once per GEMM tile; one
+// that missed a slot would copy it within device memory: both give the same logits, so only this
+// shows them).
+TEST_CASE("expert_store: the in-place ranges cover the slots and nothing else" * test::needs_device()) {
+  const auto l = test::load_model("tiny_moe_q4km.gguf");
+  const int E = int(l->model.hparams().n_experts);
+  for (const int slots : {0, 1, 3, E - 1}) {
+    CAPTURE(slots);
+    gen::device_model m;
+    Q35_OK(m.load(l->file, l->bound, {}, slots));
+    gen::expert_store& store = *m.experts();
+    const auto check = [&] {
+      for (size_t j = 0; j < store.layers().size(); ++j) {
+        const gen::expert_store::layer& L = store.layers()[j];
+        const launch::moe_expert_index& ix = m.layers()[size_t(L.index)].moe.maybe_index;
+        CAPTURE(L.index);
+        CHECK(ix.in_place_gu_end - ix.in_place_gu_begin == slots);
+        CHECK(ix.in_place_dn_end - ix.in_place_dn_begin == slots);
+        int in_slots = 0;
+        for (int e = 0; e < E; ++e) {
+          const int32_t gu = L.index_gu_host[size_t(e)], dn = L.index_dn_host[size_t(e)];
+          const bool slotted = L.expert_slot[size_t(e)] >= 0;
+          in_slots += slotted;
+          CHECK((gu >= ix.in_place_gu_begin && gu < ix.in_place_gu_end) == slotted);
+          CHECK((dn >= ix.in_place_dn_begin && dn < ix.in_place_dn_end) == slotted);
+        }
+        CHECK(in_slots == slots);
+      }
+    };
+    check();
+    if (slots == 0) continue;
+    const std::pair<int, int> move{E - 1, 0};  // the last expert into slot 0 (it held expert 0)
+    Q35_OK(store.promote(0, std::span(&move, 1), nullptr));
+    Q35_OK(store.land(0, nullptr));
+    CHECK(store.layers()[0].expert_slot[size_t(E - 1)] == 0);
+    check();
+  }
+}
+
 TEST_CASE("device_model: bad expert slot counts are refused" * test::needs_device()) {
   const auto l = test::load_model("tiny_moe_q4km.gguf");
   gen::device_model m;

@@ -1,13 +1,16 @@
 // moe_ffn with experts reached through per-expert matrix indexes (moe_weights::maybe_index, an expert
 // cache): experts scattered over arenas in shuffled order, gate/up and down with different indexes,
 // give the packed tensors' outputs bit for bit on the decode kernels (with and without adaptive top-k);
-// on the grouped path, staged into packed experts (only the selected ones, a window at a time) first.
+// on the grouped path, staged into packed experts (only the selected ones, a window at a time) first,
+// except those in the index's in-place range (device slots), which the grouped GEMMs read in place.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "moe/moe_case.hpp"
@@ -110,7 +113,8 @@ TEST_CASE("moe_ffn through an expert index: scattered experts give the packed ou
 // The grouped path (more than 8 tokens) stages the experts the call selected into the staging area a
 // window at a time and runs each window's packed GEMM on it: outputs bit-identical to the packed
 // tensors' for windows of 1 expert (each window overwrites the last), of 5 (not dividing 32) and of
-// all 32 (one pass), with gate/up and down matrices of different strides.
+// all 32 (one pass), with gate/up and down matrices of different strides; and so with experts read
+// in place (an in-place range covering some gate+up and other down matrices, or all of them).
 TEST_CASE("moe_ffn through an expert index: the grouped path stages windows of experts" * test::needs_device()) {
   for (const uint32_t type : {uint32_t(quant::type_id::q4_k), uint32_t(quant::type_id::q8_0)}) {
     CAPTURE(type);
@@ -120,23 +124,34 @@ TEST_CASE("moe_ffn through an expert index: the grouped path stages windows of e
     const test::moe_case c = test::make_moe_case(s);
     scattered sc = scatter(c, 11 + type);
     const test::moe_run want = run(c, c.weights);
+    // in-place ranges (of the 37 matrices of each arena): none, some experts' gate+up and others' down,
+    // every matrix (nothing staged)
+    const std::vector<std::array<int32_t, 4>> ranges = {{0, 0, 0, 0}, {3, 20, 11, 37}, {0, 37, 0, 37}};
     for (const int window : {1, 5, 32}) {
-      CAPTURE(window);
-      const size_t bytes = launch::moe_staging_bytes(sc.w, window);
-      CHECK(bytes == size_t(window) * size_t(std::max(sc.w.gate_exps.stride_bytes(), sc.w.down_exps.stride_bytes())));
-      device_buffer<uint8_t> staging = test::poisoned<uint8_t>(bytes);
-      sc.w.maybe_index.maybe_staging = staging.data(), sc.w.maybe_index.staging_bytes = bytes;
-      const test::moe_run got = run(c, sc.w);
-      CHECK(got.error_flag == 0);
-      CHECK(got.h == want.h);
-      test::check_moe(c, got);
+      for (const auto& r : ranges) {
+        CAPTURE(window);
+        CAPTURE(r[0]);
+        CAPTURE(r[2]);
+        const size_t bytes = launch::moe_staging_bytes(sc.w, window);
+        CHECK(bytes == size_t(window) * size_t(std::max(sc.w.gate_exps.stride_bytes(), sc.w.down_exps.stride_bytes())));
+        device_buffer<uint8_t> staging = test::poisoned<uint8_t>(bytes);
+        sc.w.maybe_index.maybe_staging = staging.data(), sc.w.maybe_index.staging_bytes = bytes;
+        sc.w.maybe_index.in_place_gu_begin = r[0], sc.w.maybe_index.in_place_gu_end = r[1];
+        sc.w.maybe_index.in_place_dn_begin = r[2], sc.w.maybe_index.in_place_dn_end = r[3];
+        const test::moe_run got = run(c, sc.w);
+        CHECK(got.error_flag == 0);
+        CHECK(got.h == want.h);
+        test::check_moe(c, got);
+      }
     }
   }
 }
 
 // One window's copy (moe_stage_kernel through launch::detail::moe_stage_window): the window's selected
 // experts (offsets with pairs), and only those, land at their place in the window, gate+up or down
-// matrices as asked; the rest of the area keeps its poison; the packed views name the window.
+// matrices as asked, unless their index lies in the in-place range; the rest of the area keeps its
+// poison; the packed views name the window; expert_at gives each selected expert's bytes from the
+// window: its place there, or its matrix in the arena for one read in place.
 TEST_CASE("moe_ffn through an expert index: a staging window copies only its selected experts" * test::needs_device()) {
   test::moe_case_spec s;
   s.n_experts = 16, s.k = 2, s.n_tokens = 12, s.seed = 5400;
@@ -156,43 +171,65 @@ TEST_CASE("moe_ffn through an expert index: a staging window copies only its sel
   const std::vector<uint8_t> g = bytes_of(w.gate_exps.data, size_t(s.n_experts) * size_t(gate_bytes));
   const std::vector<uint8_t> u = bytes_of(w.up_exps.data, size_t(s.n_experts) * size_t(gate_bytes));
   const std::vector<uint8_t> d = bytes_of(w.down_exps.data, size_t(s.n_experts) * size_t(dn_stride));
-  for (const bool gate_up : {true, false}) {
-    CAPTURE(gate_up);
-    const int64_t stride = gate_up ? gu_stride : dn_stride;
-    const size_t bytes = size_t(n + 1) * size_t(gu_stride);  // room past the window: must stay poisoned
-    device_buffer<uint8_t> staging = test::poisoned<uint8_t>(bytes);
-    launch::moe_weights iw = sc.w;
-    iw.maybe_index.maybe_staging = staging.data(), iw.maybe_index.staging_bytes = bytes;
-    quant::weight_view packed, packed_up;
-    Q35_REQUIRE_OK(launch::detail::moe_stage_window(iw, d_offsets.data(), begin, n, gate_up, flag.data(), packed,
-                                                    packed_up, nullptr));
-    Q35_REQUIRE_OK(synchronize(nullptr));
-    CHECK(test::to_host(flag)[0] == 0);
-    CHECK(packed.data == staging.data());
-    CHECK(packed.n_mats == n);
-    CHECK(packed.stride_bytes() == stride);
-    if (gate_up) CHECK(static_cast<const uint8_t*>(packed_up.data) == staging.data() + gate_bytes);
-    const std::vector<uint8_t> st = test::to_host(staging);
-    const std::vector<uint8_t> poison = test::to_host(test::poisoned<uint8_t>(bytes));
-    int n_copied = 0, bad = 0;
-    for (int i = 0; i * stride + stride <= int64_t(bytes); ++i) {
-      const int e = begin + i;
-      const uint8_t* at = st.data() + size_t(i) * size_t(stride);
-      if (i < n && pairs[size_t(e)] > 0) {
-        ++n_copied;
-        if (gate_up) {
-          bad += !std::equal(at, at + gate_bytes, g.begin() + e * gate_bytes);
-          bad += !std::equal(at + gate_bytes, at + gu_stride, u.begin() + e * gate_bytes);
-        } else {
-          bad += !std::equal(at, at + dn_stride, d.begin() + e * dn_stride);
-        }
-      } else {
-        bad += !std::equal(at, at + stride, poison.begin() + i * stride);
+  const std::vector<int32_t> index_gu = test::to_host(sc.index_gu), index_dn = test::to_host(sc.index_dn);
+  for (const bool in_place : {false, true})
+    for (const bool gate_up : {true, false}) {
+      CAPTURE(in_place);
+      CAPTURE(gate_up);
+      const int64_t stride = gate_up ? gu_stride : dn_stride;
+      const std::vector<int32_t>& index = gate_up ? index_gu : index_dn;
+      const size_t bytes = size_t(n + 1) * size_t(gu_stride);  // room past the window: must stay poisoned
+      device_buffer<uint8_t> staging = test::poisoned<uint8_t>(bytes);
+      launch::moe_weights iw = sc.w;
+      iw.maybe_index.maybe_staging = staging.data(), iw.maybe_index.staging_bytes = bytes;
+      // in place: the matrices at the index of expert 7 and above (of the window's selected 4, 7 and 9,
+      // the ones whose index lies there)
+      const int32_t cut = index[7], lo = in_place ? cut : 0, hi = in_place ? sc.w.maybe_index.n_virtual : 0;
+      (gate_up ? iw.maybe_index.in_place_gu_begin : iw.maybe_index.in_place_dn_begin) = lo;
+      (gate_up ? iw.maybe_index.in_place_gu_end : iw.maybe_index.in_place_dn_end) = hi;
+      const auto read_in_place = [&](int e) { return index[size_t(e)] >= lo && index[size_t(e)] < hi; };
+      device_buffer<int64_t> expert_at = test::poisoned<int64_t>(size_t(s.n_experts));
+      quant::weight_view packed, packed_up;
+      Q35_REQUIRE_OK(launch::detail::moe_stage_window(iw, d_offsets.data(), begin, n, gate_up, expert_at.data(),
+                                                      flag.data(), packed, packed_up, nullptr));
+      Q35_REQUIRE_OK(synchronize(nullptr));
+      CHECK(test::to_host(flag)[0] == 0);
+      const std::vector<int64_t> at_host = test::to_host(expert_at);
+      const uint8_t* arena = gate_up ? sc.gu.data() : sc.dn.data();
+      for (const int e : {4, 7, 9}) {
+        CAPTURE(e);
+        const int64_t want = read_in_place(e) ? int64_t(reinterpret_cast<uintptr_t>(arena + index[size_t(e)] * stride) -
+                                                        reinterpret_cast<uintptr_t>(staging.data()))
+                                              : (e - begin) * stride;
+        CHECK(at_host[size_t(e)] == want);
       }
+      if (in_place) CHECK(read_in_place(7));
+      CHECK(packed.data == staging.data());
+      CHECK(packed.n_mats == n);
+      CHECK(packed.stride_bytes() == stride);
+      if (gate_up) CHECK(static_cast<const uint8_t*>(packed_up.data) == staging.data() + gate_bytes);
+      const std::vector<uint8_t> st = test::to_host(staging);
+      const std::vector<uint8_t> poison = test::to_host(test::poisoned<uint8_t>(bytes));
+      int n_copied = 0, bad = 0;
+      for (int i = 0; i * stride + stride <= int64_t(bytes); ++i) {
+        const int e = begin + i;
+        const uint8_t* at = st.data() + size_t(i) * size_t(stride);
+        if (i < n && pairs[size_t(e)] > 0 && !read_in_place(e)) {
+          ++n_copied;
+          if (gate_up) {
+            bad += !std::equal(at, at + gate_bytes, g.begin() + e * gate_bytes);
+            bad += !std::equal(at + gate_bytes, at + gu_stride, u.begin() + e * gate_bytes);
+          } else {
+            bad += !std::equal(at, at + dn_stride, d.begin() + e * dn_stride);
+          }
+        } else {
+          bad += !std::equal(at, at + stride, poison.begin() + i * stride);
+        }
+      }
+      CHECK(bad == 0);
+      // experts 4, 7 and 9, less those read in place
+      CHECK(n_copied == 3 - int(read_in_place(4)) - int(read_in_place(7)) - int(read_in_place(9)));
     }
-    CHECK(bad == 0);
-    CHECK(n_copied == 3);  // experts 4, 7 and 9
-  }
 }
 
 TEST_CASE("moe_ffn through an expert index: a missing staging area and a bad index are refused" *
@@ -218,6 +255,13 @@ TEST_CASE("moe_ffn through an expert index: a missing staging area and a bad ind
   launch::moe_weights split = sc.w;  // up matrices outside the gate's stride: not one merged expert
   split.up_exps.data = static_cast<const uint8_t*>(sc.w.gate_exps.data) + sc.w.gate_exps.stride_bytes();
   CHECK(launch::moe_ffn(a, split).message().find("which must hold both matrices") != std::string::npos);
+  for (const auto& [b, e] : {std::pair{-1, 3}, std::pair{4, 3}, std::pair{0, 14}}) {  // n_virtual = 13
+    launch::moe_weights bad = sc.w;
+    bad.maybe_index.in_place_dn_begin = b, bad.maybe_index.in_place_dn_end = e;
+    CHECK(launch::moe_ffn(a, bad).message().find("the in-place range of down [" + std::to_string(b) + ", " +
+                                                 std::to_string(e) + ") is not within [0, n_virtual = 13]") !=
+          std::string::npos);
+  }
   a.n_tokens = 2;
   sc.w.maybe_index.n_virtual = 0;
   CHECK(launch::moe_ffn(a, sc.w).message().find("n_virtual = 0") != std::string::npos);

@@ -4,9 +4,10 @@
 // offsets[e] + (i - tile_starts[e]) T .. , at most T of them, all of expert e, weights at
 // w + e * expert_stride_bytes; a call over a window of experts [b, end) runs only their tiles, tile i
 // being tile tile_starts[b] + i of the whole grouping and expert e's weights at
-// w + (e - b) * expert_stride_bytes). The kernels (gemm_i8.hpp, gemm_mma_float.hpp) resolve their block's
-// tile once and then read x rows and write y rows through it, so the dense and grouped forms run the
-// same tile code.
+// w + (e - b) * expert_stride_bytes, or at w + maybe_expert_at[e] when the call says where each expert
+// is: a staged window of an indexed layer, whose experts in device slots are read in place). The kernels (gemm_i8.hpp,
+// gemm_mma_float.hpp) resolve their block's tile once and then read x rows and write y rows through it, so the dense
+// and grouped forms run the same tile code.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +34,9 @@ struct gemm_groups {
   // The window of experts this call runs, [expert_begin, expert_end) (expert_end -1: n_experts); w is
   // expert_begin's matrices (a staging area holding the window, launch::moe_ffn).
   int expert_begin = 0, expert_end = -1;
+  // [n_experts] or null: expert e's matrices start maybe_expert_at[e] bytes after w (may be negative;
+  // read only for the window's experts with pairs) instead of (e - expert_begin) * expert_stride_bytes
+  const int64_t* maybe_expert_at = nullptr;
   int32_t max_tiles = 0;  // the grid's tile count: an upper bound of the window's tiles
 };
 
@@ -72,7 +76,7 @@ Q35_DEVICE gemm_tile resolve_gemm_tile(const gemm_groups& g, int64_t n_tokens, i
     r.first = g.offsets[lo] + (tile - g.tile_starts[lo]) * TileTokens;
     const int64_t left = g.offsets[lo + 1] - r.first;
     r.n = int(left < TileTokens ? left : TileTokens);
-    r.w_offset_bytes = int64_t(lo - begin) * g.expert_stride_bytes;
+    r.w_offset_bytes = g.maybe_expert_at ? g.maybe_expert_at[lo] : int64_t(lo - begin) * g.expert_stride_bytes;
   }
   return r;
 }

@@ -5,8 +5,10 @@
 // dst_gu + (e - expert_begin) * gu_stride, or its down matrix at dst_dn + (e - expert_begin) * dn_stride
 // (one of the two per launch: the other destination is null), the layout of the packed tensors the
 // grouped GEMMs read. An expert without pairs (moe_group's offsets) is not copied (nor read by
-// the GEMMs); one in a slot is copied within device memory; one in host memory crosses the bus once,
-// read by this kernel (zero-copy), however many of the call's tokens chose it.
+// the GEMMs); one in host memory crosses the bus once, read by this kernel (zero-copy), however many
+// of the call's tokens chose it; one whose index lies in the in-place range (device memory: a slot)
+// is not copied at all. For every selected expert of the window, expert_at[e] = where the GEMMs find
+// its matrices, in bytes after the window's destination (its place there, or its slot).
 #pragma once
 
 #include <cstdint>
@@ -34,7 +36,11 @@ struct moe_stage_kernel {
     int64_t gu_stride, dn_stride;
     int expert_begin, n_window;  // the window: experts [expert_begin, expert_begin + n_window)
     int32_t n_virtual;           // every valid index lies in [0, n_virtual)
-    int* error_flag;             // set to 1 for a selected expert whose index is outside [0, n_virtual)
+    // indexes [in_place_begin, in_place_end) of the copied matrix (gate+up or down) are in device
+    // memory: read in place
+    int32_t in_place_begin, in_place_end;
+    int64_t* expert_at;  // [n_experts]: written for the window's selected experts
+    int* error_flag;     // set to 1 for a selected expert whose index is outside [0, n_virtual)
   };
   static constexpr int threads = 256;
   // Blocks per expert: enough for the bus (a window of 64 experts x 8 blocks of 256 threads).
@@ -65,10 +71,14 @@ struct moe_stage_kernel {
       if (arch::thread_rank() == 0) *p.error_flag = 1;
       return;
     }
-    if (gu)
-      copy_units(p.dst_gu + int64_t(w) * p.gu_stride, p.src_gu + int64_t(i) * p.gu_stride, p.gu_stride);
-    else
-      copy_units(p.dst_dn + int64_t(w) * p.dn_stride, p.src_dn + int64_t(i) * p.dn_stride, p.dn_stride);
+    const int64_t stride = gu ? p.gu_stride : p.dn_stride;
+    uint8_t* dst = gu ? p.dst_gu : p.dst_dn;
+    const uint8_t* src = (gu ? p.src_gu : p.src_dn) + int64_t(i) * stride;
+    const bool in_place = i >= p.in_place_begin && i < p.in_place_end;
+    if (arch::block_idx().x == 0 && arch::thread_rank() == 0)  // (a difference of addresses: the slot may lie below)
+      p.expert_at[e] =
+          in_place ? int64_t(reinterpret_cast<uintptr_t>(src) - reinterpret_cast<uintptr_t>(dst)) : int64_t(w) * stride;
+    if (!in_place) copy_units(dst + int64_t(w) * stride, src, stride);
   }
 };
 

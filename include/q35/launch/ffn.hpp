@@ -26,13 +26,17 @@ struct dense_ffn_weights {
 // copies the experts the call selected (only those: kernels/moe_stage.hpp) into `maybe_staging`, as
 // many at a time as it holds (launch::moe_staging_bytes: one expert at least, all of them for one
 // pass; the up matrix must lie within the gate's stride, as in a merged ffn_gate_up_exps tensor),
-// which a call of more than moe_decode_max_tokens tokens needs.
+// which a call of more than moe_decode_max_tokens tokens needs. An expert whose index lies in the
+// in-place range of its matrix (device memory: a slot) is read where it is by the grouped GEMMs
+// instead of being copied (empty ranges: every selected expert is staged).
 struct moe_expert_index {
   const int32_t* gate_up = nullptr;  // [n_experts], device
   const int32_t* down = nullptr;     // [n_experts], device
   int32_t n_virtual = 0;             // every index lies in [0, n_virtual)
   void* maybe_staging = nullptr;     // device scratch for the grouped path (256-byte aligned), or null
   size_t staging_bytes = 0;
+  int32_t in_place_gu_begin = 0, in_place_gu_end = 0;  // gate_up indexes in device memory, within [0, n_virtual]
+  int32_t in_place_dn_begin = 0, in_place_dn_end = 0;  // down indexes in device memory
   bool empty() const { return gate_up == nullptr; }
 };
 

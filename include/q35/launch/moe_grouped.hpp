@@ -39,7 +39,7 @@ namespace detail {
 template <kernels::gemm_rows Rows>
 status moe_grouped_projection(const char* name, const quant::weight_view& w, const quant::weight_view& maybe_up,
                               const float* x, const quant::act8x2_view& x8, float* y, int64_t n_x_rows,
-                              const kernels::gemm_groups& g, stream_t stream) {
+                              const kernels::gemm_groups& g, stream_t stream, uintptr_t in_place_bits = 0) {
   constexpr ops::epilogue ep = Rows == kernels::gemm_rows::moe_gate_up ? ops::epilogue::swiglu : ops::epilogue::store;
   return quant::with_format(w.type, [&](auto tag) -> status {
     using F = typename decltype(tag)::type;
@@ -48,7 +48,8 @@ status moe_grouped_projection(const char* name, const quant::weight_view& w, con
     // the weights' loads: 16 bytes (Q4_K, Q5_K, the float formats), else the block's alignment
     constexpr size_t align =
         !gemm_i8_supports<F> || sizeof(typename F::block) % 16 == 0 ? 16 : alignof(typename F::block);
-    if ((reinterpret_cast<uintptr_t>(w0) | reinterpret_cast<uintptr_t>(up0) | uintptr_t(g.expert_stride_bytes)) %
+    if ((reinterpret_cast<uintptr_t>(w0) | reinterpret_cast<uintptr_t>(up0) | uintptr_t(g.expert_stride_bytes) |
+         in_place_bits) %
             align !=
         0)
       return bad_ffn("moe_ffn", std::string(name) + ": the " + F::name + " experts (or their stride of " +
@@ -73,12 +74,13 @@ status moe_grouped_projection(const char* name, const quant::weight_view& w, con
 // The experts of window [begin, begin + n_window) of an indexed layer that the grouped call selected
 // (offsets: moe_group's), copied from where its index places them into w.maybe_index.maybe_staging:
 // their gate+up matrices (gate_up) or their down matrices; `packed`: the window's view of that
-// matrix (expert `begin` first), which the grouped GEMM of the window reads. Experts without pairs
-// are not copied.
+// matrix (expert `begin` first), which the grouped GEMM of the window reads, with expert_at[e] (device,
+// [n_experts]) the bytes from packed.data to a selected expert e's matrices. Experts without pairs
+// are not copied, nor are those in the index's in-place range (expert_at names their slot).
 template <int = 0>
 inline status moe_stage_window(const moe_weights& w, const int32_t* offsets, int begin, int n_window, bool gate_up,
-                               int* error_flag, quant::weight_view& packed, quant::weight_view& packed_up,
-                               stream_t stream) {
+                               int64_t* expert_at, int* error_flag, quant::weight_view& packed,
+                               quant::weight_view& packed_up, stream_t stream) {
   const moe_expert_index& ix = w.maybe_index;
   auto* dst = static_cast<uint8_t*>(ix.maybe_staging);
   const auto* src_gu = static_cast<const uint8_t*>(w.gate_exps.data);
@@ -89,10 +91,12 @@ inline status moe_stage_window(const moe_weights& w, const int32_t* offsets, int
   const int unit = bits % 16 == 0 ? 16 : bits % 4 == 0 ? 4 : 1;
   const status st = dispatch<16, 4, 1>(unit, [&](auto u) -> status {
     using kernel = kernels::moe_stage_kernel<decltype(u)::value>;
-    return launch<kernel>(typename kernel::params{offsets, ix.gate_up, ix.down, src_gu, src_dn, gate_up ? dst : nullptr,
-                                                  gate_up ? nullptr : dst, gu_stride, dn_stride, begin, n_window,
-                                                  ix.n_virtual, error_flag},
-                          stream);
+    return launch<kernel>(
+        typename kernel::params{offsets, ix.gate_up, ix.down, src_gu, src_dn, gate_up ? dst : nullptr,
+                                gate_up ? nullptr : dst, gu_stride, dn_stride, begin, n_window, ix.n_virtual,
+                                gate_up ? ix.in_place_gu_begin : ix.in_place_dn_begin,
+                                gate_up ? ix.in_place_gu_end : ix.in_place_dn_end, expert_at, error_flag},
+        stream);
   });
   if (!st.ok()) return st;
   const quant::weight_view& m = gate_up ? w.gate_exps : w.down_exps;
@@ -145,20 +149,32 @@ inline status moe_grouped(const ffn_layer_args& a, const moe_weights& w, const m
     Q35_TRY(matmul(d, stream));
   }
   kernels::gemm_groups groups;
+  uintptr_t in_place_bits = 0;  // the in-place experts' addresses (alignment), for the window's projection
   groups.sorted_pairs = sorted_pairs, groups.offsets = offsets, groups.tile_starts = tile_starts;
   groups.k = s.n_experts_used, groups.n_experts = s.n_experts;
   // Each projection runs over windows of experts: all of them at once for packed tensors; for an
   // indexed layer as many as its staging area holds, each window's selected experts copied into it
   // (moe_stage.hpp) before the window's GEMM, which the stream orders before the next window's copy.
   // A tile is one expert's, so the windows compute every output exactly as one pass would.
+  // Experts in the index's in-place range (device slots) are not copied: the window's GEMM reads them
+  // where they are (expert_at), so their matrices must meet the GEMM's alignment too.
   const bool indexed = !w.maybe_index.empty();
+  auto* expert_at = reinterpret_cast<int64_t*>(ws + l.expert_at);
   const auto windows = [&](const quant::weight_view& m, bool gate_up, auto&& gemm) -> status {
     const int n_window =
         indexed ? moe_staging_window(w.maybe_index.staging_bytes, m.stride_bytes(), s.n_experts) : s.n_experts;
+    const moe_expert_index& ix = w.maybe_index;
+    const bool in_place =
+        indexed && (gate_up ? ix.in_place_gu_end > ix.in_place_gu_begin : ix.in_place_dn_end > ix.in_place_dn_begin);
+    in_place_bits = in_place ? reinterpret_cast<uintptr_t>(m.data) |
+                                   (gate_up ? reinterpret_cast<uintptr_t>(w.up_exps.data) : uintptr_t(0))
+                             : 0;
     for (int begin = 0; begin < s.n_experts; begin += n_window) {
       const int n = std::min(n_window, s.n_experts - begin);
       quant::weight_view packed = gate_up ? w.gate_exps : w.down_exps, packed_up = gate_up ? w.up_exps : w.down_exps;
-      if (indexed) Q35_TRY(moe_stage_window(w, offsets, begin, n, gate_up, a.error_flag, packed, packed_up, stream));
+      if (indexed)
+        Q35_TRY(moe_stage_window(w, offsets, begin, n, gate_up, expert_at, a.error_flag, packed, packed_up, stream));
+      groups.maybe_expert_at = indexed ? expert_at : nullptr;
       groups.expert_begin = begin, groups.expert_end = begin + n;
       groups.max_tiles = int32_t(ceil_div<int64_t>(n_pairs, kernels::moe_group_tile) + n);
       groups.expert_stride_bytes = m.stride_bytes();
@@ -169,7 +185,7 @@ inline status moe_grouped(const ffn_layer_args& a, const moe_weights& w, const m
   // act[i] = silu(W_gate[e] x[pair_i / k]) * (W_up[e] x[pair_i / k]) in sorted order
   Q35_TRY(windows(w.gate_exps, true, [&](const quant::weight_view& gw, const quant::weight_view& uw) {
     return moe_grouped_projection<kernels::gemm_rows::moe_gate_up>("gate_exps", gw, uw, a.x, x8, act, a.n_tokens,
-                                                                   groups, stream);
+                                                                   groups, stream, in_place_bits);
   }));
   // y[pair_i] = W_down[e] act[i]
   quant::act8x2_view act8;
@@ -177,7 +193,7 @@ inline status moe_grouped(const ffn_layer_args& a, const moe_weights& w, const m
     Q35_TRY(quantize_act8x2(act, n_pairs, s.expert_ff_dim, ws + l.act8, l.mm - l.act8, act8, stream));
   Q35_TRY(windows(w.down_exps, false, [&](const quant::weight_view& d, const quant::weight_view&) {
     return moe_grouped_projection<kernels::gemm_rows::moe_down>("down_exps", d, {}, act, act8, y, n_pairs, groups,
-                                                                stream);
+                                                                stream, in_place_bits);
   }));
   // h += sum_j w_j y_j + gate * sh_y
   kernels::moe_combine_kernel::params c{y,

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <tuple>
 
 #include "q35/core/status.hpp"
 #include "q35/launch/ffn.hpp"
@@ -26,8 +27,9 @@ struct moe_layout {
   size_t x16, act16, sh_act16;  // decode only: x, act and sh_act quantized for the GEMV engine's integer path
   size_t index_gu, index_dn;    // decode only: the pairs' matrix indexes (moe_weights::maybe_index)
   size_t sorted_pairs, offsets, tile_starts, group_temp, y;
-  size_t x8, act8;  // grouped only: x and act split for the int8 tensor-core GEMM (quant/act8x2.hpp)
-  size_t mm;        // grouped only: the shared expert's matmul scratch (its activations for the tensor-core GEMM)
+  size_t expert_at;  // grouped only: where a staged window's experts are (kernels::gemm_groups::maybe_expert_at)
+  size_t x8, act8;   // grouped only: x and act split for the int8 tensor-core GEMM (quant/act8x2.hpp)
+  size_t mm;         // grouped only: the shared expert's matmul scratch (its activations for the tensor-core GEMM)
   size_t total;
 };
 template <int = 0>
@@ -63,7 +65,8 @@ inline moe_layout moe_plan(const ffn_shape& s, int64_t n) {
   l.offsets = take(pairs ? e1 * sizeof(int32_t) : 0);      // [E + 1]
   l.tile_starts = take(pairs ? e1 * sizeof(int32_t) : 0);  // [E + 1]
   l.group_temp = take(pairs ? moe_group_temp_bytes(int32_t(pairs), s.n_experts) : 0);
-  l.y = take(pairs * size_t(s.n_embd) * sizeof(float));  // [n * k][n_embd] expert outputs, pair order
+  l.y = take(pairs * size_t(s.n_embd) * sizeof(float));                   // [n * k][n_embd] expert outputs, pair order
+  l.expert_at = take(pairs ? size_t(s.n_experts) * sizeof(int64_t) : 0);  // [E]
   const auto a8 = [&](int64_t cols, int64_t rows) {
     return pairs && cols % quant::act16_group_elems == 0 ? quant::act8x2_bytes(cols, rows) : 0;
   };
@@ -155,8 +158,14 @@ inline status validate_moe(const ffn_layer_args& a, const moe_weights& w) {
   }
   Q35_TRY(detail::validate_route(a.route, s.n_experts_used));
   if (!w.maybe_index.empty()) {
-    if (!w.maybe_index.down || w.maybe_index.n_virtual < 1)
-      return detail::bad_ffn(fn, "maybe_index: down is null or n_virtual = " + str(w.maybe_index.n_virtual) + " < 1");
+    const moe_expert_index& ix = w.maybe_index;
+    if (!ix.down || ix.n_virtual < 1)
+      return detail::bad_ffn(fn, "maybe_index: down is null or n_virtual = " + str(ix.n_virtual) + " < 1");
+    for (const auto& [name, b, e] : {std::tuple{"gate_up", ix.in_place_gu_begin, ix.in_place_gu_end},
+                                     std::tuple{"down", ix.in_place_dn_begin, ix.in_place_dn_end}})
+      if (b < 0 || b > e || e > ix.n_virtual)
+        return detail::bad_ffn(fn, std::string("maybe_index: the in-place range of ") + name + " [" + str(b) + ", " +
+                                       str(e) + ") is not within [0, n_virtual = " + str(ix.n_virtual) + "]");
     if (a.n_tokens > moe_decode_max_tokens) {
       const size_t need = moe_staging_bytes(w, 1);
       if (!w.maybe_index.maybe_staging || w.maybe_index.staging_bytes < need ||
