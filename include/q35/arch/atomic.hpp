@@ -8,9 +8,21 @@
 
 #if Q35_BACKEND_SIM
 #include <atomic>
+
+#include "q35/sim/race_check.hpp"
 #endif
 
 namespace q35::arch {
+
+#if Q35_BACKEND_SIM
+namespace detail {
+// Relaxed, as a GPU's atomics are; under ThreadSanitizer acquire/release, since TSan ignores the
+// thread_fence that pairs with them on a GPU (sim/race_check.hpp): stronger, so no false race.
+inline constexpr std::memory_order sim_rmw = sim::race::enabled ? std::memory_order_acq_rel : std::memory_order_relaxed;
+inline constexpr std::memory_order sim_load =
+    sim::race::enabled ? std::memory_order_acquire : std::memory_order_relaxed;
+}  // namespace detail
+#endif
 
 // *addr += v  (T: int32_t, uint32_t, uint64_t, float, double)
 template <class T>
@@ -22,7 +34,7 @@ Q35_DEVICE T atomic_add(T* addr, T v) {
     return atomicAdd(addr, v);
   }
 #else
-  return std::atomic_ref<T>(*addr).fetch_add(v, std::memory_order_relaxed);
+  return std::atomic_ref<T>(*addr).fetch_add(v, detail::sim_rmw);
 #endif
 }
 
@@ -38,8 +50,8 @@ Q35_DEVICE T atomic_max(T* addr, T v) {
   }
 #else
   std::atomic_ref<T> a(*addr);
-  T old = a.load(std::memory_order_relaxed);
-  while (old < v && !a.compare_exchange_weak(old, v, std::memory_order_relaxed)) {
+  T old = a.load(detail::sim_load);
+  while (old < v && !a.compare_exchange_weak(old, v, detail::sim_rmw, detail::sim_load)) {
   }
   return old;
 #endif
@@ -57,8 +69,8 @@ Q35_DEVICE T atomic_min(T* addr, T v) {
   }
 #else
   std::atomic_ref<T> a(*addr);
-  T old = a.load(std::memory_order_relaxed);
-  while (v < old && !a.compare_exchange_weak(old, v, std::memory_order_relaxed)) {
+  T old = a.load(detail::sim_load);
+  while (v < old && !a.compare_exchange_weak(old, v, detail::sim_rmw, detail::sim_load)) {
   }
   return old;
 #endif
@@ -75,7 +87,7 @@ Q35_DEVICE T atomic_cas(T* addr, T expected, T desired) {
     return atomicCAS(addr, expected, desired);
   }
 #else
-  std::atomic_ref<T>(*addr).compare_exchange_strong(expected, desired, std::memory_order_relaxed);
+  std::atomic_ref<T>(*addr).compare_exchange_strong(expected, desired, detail::sim_rmw, detail::sim_load);
   return expected;
 #endif
 }
@@ -90,7 +102,18 @@ Q35_DEVICE T atomic_exchange(T* addr, T v) {
     return atomicExch(addr, v);
   }
 #else
-  return std::atomic_ref<T>(*addr).exchange(v, std::memory_order_relaxed);
+  return std::atomic_ref<T>(*addr).exchange(v, detail::sim_rmw);
+#endif
+}
+
+// *flag = 1, from any number of threads and blocks at once: the error flags kernels raise for the host
+// to read after the launch. On a GPU a plain store (every writer stores the same word); on the sim a
+// relaxed atomic store, which is what it is in the memory model (and so for sim/race_check.hpp).
+Q35_DEVICE void raise_flag(int* flag) {
+#if Q35_BACKEND_CUDA
+  *flag = 1;
+#else
+  std::atomic_ref<int>(*flag).store(1, std::memory_order_relaxed);
 #endif
 }
 

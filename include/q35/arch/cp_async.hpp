@@ -100,6 +100,7 @@ Q35_DEVICE void cp_async_zfill(void* dst, const void* src, int src_bytes) {
   if (src_bytes < 0 || src_bytes > Bytes)
     sim::detail::fail("cp_async_zfill<" + std::to_string(Bytes) + "> with src_bytes " + std::to_string(src_bytes));
   if (src_bytes > 0) detail::sim_check_async_aligned(src, Bytes, "source");
+  sim::race::ignore_scope sim_bookkeeping;  // (the queues are the OS thread's: sim/race_check.hpp)
   detail::sim_async_queue().open.push_back(
       {static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src), Bytes, src_bytes});
 #endif
@@ -125,6 +126,7 @@ Q35_DEVICE void cp_async_commit() {
 #if Q35_BACKEND_CUDA
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 #else
+  sim::race::ignore_scope sim_bookkeeping;
   auto& q = detail::sim_async_queue();
   q.groups.push_back(std::move(q.open));
   q.open.clear();
@@ -138,10 +140,34 @@ Q35_DEVICE void cp_async_wait() {
 #if Q35_BACKEND_CUDA
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 #else
-  auto& q = detail::sim_async_queue();
-  while (q.groups.size() > size_t(N)) {
-    for (const auto& c : q.groups.front()) c.run();
-    q.groups.pop_front();
+  if constexpr (sim::race::enabled) {
+    // the copies are the calling thread's shared-memory writes, checked; the queues are not
+    std::vector<std::vector<detail::sim_async_copy>> landed;
+    {
+      sim::race::ignore_scope sim_bookkeeping;
+      auto& q = detail::sim_async_queue();
+      while (q.groups.size() > size_t(N)) {
+        landed.push_back(std::move(q.groups.front()));
+        q.groups.pop_front();
+      }
+    }
+    for (const auto& g : landed)
+      for (size_t i = 0; i < g.size(); ++i) {
+        detail::sim_async_copy c;
+        {
+          sim::race::ignore_scope sim_bookkeeping;
+          c = g[i];
+        }
+        c.run();
+      }
+    sim::race::ignore_scope sim_bookkeeping;
+    landed.clear();
+  } else {
+    auto& q = detail::sim_async_queue();
+    while (q.groups.size() > size_t(N)) {
+      for (const auto& c : q.groups.front()) c.run();
+      q.groups.pop_front();
+    }
   }
 #endif
 }

@@ -7,6 +7,7 @@
 #if Q35_BACKEND_SIM
 #include <atomic>
 
+#include "q35/sim/race_check.hpp"
 #include "q35/sim/visibility.hpp"
 #endif
 
@@ -19,7 +20,9 @@ Q35_DEVICE void thread_fence() {
 #if Q35_BACKEND_CUDA
   __threadfence();
 #else
+#if !defined(Q35_SIM_TSAN)  // (under ThreadSanitizer the sim's atomics acquire and release instead)
   std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
   if (sim::store_visibility* v = sim::detail::tls_visibility) v->publish();  // options::delay_stores
 #endif
 }

@@ -17,9 +17,13 @@ inline unsigned char* block_shared() { return detail::tls_block->shared; }
 // Block barrier: every thread of the block must reach it (checked by the scheduler).
 inline void sync_block() {
   auto& t = detail::current_thread();
+  race::ignore_scope sim_bookkeeping;
+  const char* sync = &detail::tls_block->barrier_sync[t.barriers++ % 2];  // (race_check.hpp)
+  race::release(sync);
   t.state = detail::run_state::at_barrier;
   ++detail::tls_block->n_at_barrier;
   detail::yield_to_scheduler(t);
+  race::acquire(sync);
 }
 
 namespace detail {
@@ -78,6 +82,7 @@ inline uint32_t (&warp_scratch())[32][16] {
 inline uint64_t warp_collective(collective_kind kind, uint32_t mask, int width, uint64_t value, int arg) {
   using namespace detail;
   auto& t = current_thread();
+  race::ignore_scope sim_bookkeeping;  // lanes meet through the warp's sync object (race_check.hpp)
   auto& b = *tls_block;
   const int warp = t.rank / 32, lane = t.rank % 32;
   auto& w = b.warps[size_t(warp)];
@@ -107,11 +112,14 @@ inline uint64_t warp_collective(collective_kind kind, uint32_t mask, int width, 
   t.value = value;
   t.arg = arg;
   pc->arrived |= me;
+  race::release(&w);
   if (pc->arrived != pc->mask) {
     t.state = run_state::in_collective;
     yield_to_scheduler(t);
+    race::acquire(&w);
     return t.result;
   }
+  race::acquire(&w);
   // Last lane in: compute every lane's result, wake the others, and carry on.
   const pending_collective done = *pc;
   thread_state* lanes = &b.threads[size_t(warp) * 32];

@@ -39,6 +39,7 @@ class block_runner {
       : cfg_(cfg),
         opt_(opt),
         pool_(thread_pool(size_t(volume(cfg.block)), opt.stack_bytes)),
+        race_fibers_(size_t(volume(cfg.block))),
         shared_(new (std::align_val_t(64)) unsigned char[std::max<size_t>(cfg.shared_bytes, 16)]) {}
   ~block_runner() { operator delete[](shared_, std::align_val_t(64)); }
 
@@ -59,15 +60,23 @@ class block_runner {
     for (int r = 0; r < n; ++r) {
       auto& t = b.threads[size_t(r)];
       t.rank = r;
+      if constexpr (race::enabled) t.race_fiber = race_fibers_[size_t(r)];
       t.tid = dim3(unsigned(r % int(bd.x)), unsigned(r / int(bd.x) % int(bd.y)), unsigned(r / (int(bd.x) * int(bd.y))));
       b.warps[size_t(r / 32)].existing |= 1u << (r % 32);
       t.self =
           boost::context::fiber(std::allocator_arg, pooled_stack{&pool_},
                                 [this, &b, &t](boost::context::fiber&& sink) { return entry(b, t, std::move(sink)); });
+      race::drop_fiber_entry_frame();
     }
     schedule(b, linear);
     if (!b.error.empty()) {
-      for (auto& t : b.threads) t.self = {};  // unwinds suspended fibers
+      for (auto& t : b.threads) {
+        if (!t.self) continue;
+        void* scheduler = race::current_fiber();
+        race::switch_to_thread(t.race_fiber, false);
+        t.self = {};  // unwinds the suspended fiber
+        race::switch_to_scheduler(scheduler);
+      }
     }
     return b.error;
   }
@@ -75,16 +84,28 @@ class block_runner {
  private:
   boost::context::fiber entry(block_state& b, thread_state& t, boost::context::fiber&& sink) {
     t.scheduler = std::move(sink);
+    if constexpr (race::enabled) {
+      if (t.race_fiber->ignoring) race::ignore_end(), t.race_fiber->ignoring = false;  // (the fiber's last thread)
+      yield_to_scheduler(t);  // started by schedule(), before any kernel code
+    }
     try {
       cfg_.body(cfg_.ctx, b.shared);
     } catch (const boost::context::detail::forced_unwind&) {
+      if constexpr (race::enabled) race::ignore_begin(), t.race_fiber->ignoring = true;  // until the scheduler's
       throw;
     } catch (const std::exception& e) {
+      race::ignore_scope sim_bookkeeping;
       if (b.error.empty()) b.error = e.what();
     }
-    t.state = run_state::done;
-    ++b.n_done;
-    if (b.error.empty()) check_exit(b, t);
+    {
+      race::ignore_scope sim_bookkeeping;
+      t.state = run_state::done;
+      ++b.n_done;
+      if (b.error.empty()) check_exit(b, t);
+    }
+    // From here to the scheduler's annotation the code is the scheduler's, seen as this fiber's
+    // (race_check.hpp); the next thread to run on the fiber ends the ignore.
+    if constexpr (race::enabled) race::ignore_begin(), t.race_fiber->ignoring = true;
     return std::move(t.scheduler);
   }
 
@@ -115,6 +136,18 @@ class block_runner {
     int phase = 0;
     make_order(order, n, linear, phase);
     tls_block = &b;
+    void* const scheduler = race::current_fiber();
+    if constexpr (race::enabled) {
+      // Start every fiber, synchronized with the scheduler: what the host and the scheduler wrote
+      // before the block happens before each thread. Later switches into a fiber do not synchronize
+      // (race_check.hpp), so nothing one thread does reaches another through the scheduler.
+      for (auto& t : b.threads) {
+        tls_thread = &t;
+        race::switch_to_thread(t.race_fiber, true);
+        t.self = std::move(t.self).resume();
+        race::switch_to_scheduler(scheduler);
+      }
+    }
     for (;;) {
       // Consecutive entries of `order` from one warp form a run, and a run is resumed until none of
       // its threads can go on. Forward and reverse orders list whole warps, so each warp runs ahead
@@ -131,7 +164,9 @@ class block_runner {
             if (t.state != run_state::ready) continue;
             progress = again = true;
             tls_thread = &t;
+            race::switch_to_thread(t.race_fiber, false);
             t.self = std::move(t.self).resume();
+            race::switch_to_scheduler(scheduler);
             if (!b.error.empty()) break;
           }
         }
@@ -202,6 +237,7 @@ class block_runner {
   const launch_config& cfg_;
   const options& opt_;
   stack_pool& pool_;
+  race::fiber_lease race_fibers_;  // (ThreadSanitizer builds: race_check.hpp)
   unsigned char* shared_;
 };
 
@@ -220,6 +256,8 @@ inline status execute(const launch_config& cfg, const options& opt = current_opt
     explicit visibility_scope(store_visibility* v) { detail::tls_visibility = v; }
     ~visibility_scope() { detail::tls_visibility = saved; }
   } scope(visibility.get());
+  // relaxed: handing out block numbers must not order the blocks of two workers (for ThreadSanitizer,
+  // sim/race_check.hpp, a seq_cst counter would make every block happen before the next one taken)
   std::atomic<int64_t> next{0};
   std::atomic<bool> failed{false};
   std::mutex mu;
@@ -227,7 +265,8 @@ inline status execute(const launch_config& cfg, const options& opt = current_opt
   auto work = [&] {
     try {
       detail::block_runner runner(cfg, opt);
-      for (int64_t i; !failed.load(std::memory_order_relaxed) && (i = next.fetch_add(1)) < n_blocks;) {
+      for (int64_t i;
+           !failed.load(std::memory_order_relaxed) && (i = next.fetch_add(1, std::memory_order_relaxed)) < n_blocks;) {
         std::string e = runner.run(i);
         if (!e.empty()) {
           std::lock_guard lock(mu);

@@ -9,6 +9,8 @@
 #include <new>
 #include <vector>
 
+#include "q35/sim/race_check.hpp"
+
 #if defined(__SANITIZE_ADDRESS__)
 #define Q35_SIM_ASAN 1
 #elif defined(__has_feature)
@@ -69,7 +71,9 @@ class stack_pool {
     free_.pop_back();
     return sc;
   }
+  // (called as a fiber ends, still on that fiber as ThreadSanitizer sees it: race_check.hpp)
   void push(boost::context::stack_context& sc) noexcept {
+    race::ignore_scope sim_bookkeeping;
     unpoison_stack(static_cast<char*>(sc.sp) - sc.size, sc.size);
     free_.push_back(static_cast<char*>(sc.sp));
   }

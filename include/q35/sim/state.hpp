@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "q35/core/dim3.hpp"
+#include "q35/sim/race_check.hpp"
 
 namespace q35::sim {
 
@@ -56,6 +57,8 @@ struct thread_state {
   uint64_t value = 0;
   int arg = 0;
   uint64_t result = 0;
+  race::fiber_slot* race_fiber = nullptr;  // its TSan fiber (race_check.hpp; null in other builds)
+  uint32_t barriers = 0;                   // sync_block() calls passed: picks block_state::barrier_sync
 };
 
 // One group of lanes waiting in the same collective (same mask).
@@ -83,7 +86,8 @@ struct block_state {
   std::vector<warp_state> warps;
   int n_done = 0;
   int n_at_barrier = 0;
-  std::string error;  // first failure; non-empty aborts the block
+  char barrier_sync[2] = {};  // TSan sync objects of even and odd barriers (race_check.hpp)
+  std::string error;          // first failure; non-empty aborts the block
 
   std::string where(const thread_state& t) const {
     std::ostringstream os;
@@ -99,15 +103,28 @@ inline thread_local thread_state* tls_thread = nullptr;
 inline thread_local block_state* tls_block = nullptr;
 
 inline thread_state& current_thread() {
-  if (!tls_thread) throw std::logic_error("q35 sim: a device function was called outside a kernel launch");
-  return *tls_thread;
+  thread_state* t;
+  {
+    race::ignore_scope sim_bookkeeping;  // the scheduler sets it before every resume
+    t = tls_thread;
+  }
+  if (!t) throw std::logic_error("q35 sim: a device function was called outside a kernel launch");
+  return *t;
 }
 
 // Suspends the running fiber and returns to the block scheduler.
-inline void yield_to_scheduler(thread_state& t) { t.scheduler = std::move(t.scheduler).resume(); }
+inline void yield_to_scheduler(thread_state& t) {
+  race::ignore_scope sim_bookkeeping;  // (race_check.hpp)
+  t.scheduler = std::move(t.scheduler).resume();
+}
 
 [[noreturn]] inline void fail(const std::string& what) {
-  throw kernel_error(tls_block->where(*tls_thread) + ": " + what);
+  std::string where;
+  {
+    race::ignore_scope sim_bookkeeping;
+    where = tls_block->where(*tls_thread);
+  }
+  throw kernel_error(where + ": " + what);
 }
 
 inline std::string lane_list(uint32_t lanes) {
