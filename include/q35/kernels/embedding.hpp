@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "q35/arch/atomic.hpp"
 #include "q35/arch/thread.hpp"
 #include "q35/core/dim3.hpp"
 #include "q35/quant/formats.hpp"
@@ -34,7 +35,7 @@ struct embedding_kernel {
     float* out = p.out + t * p.n_embd;
     const int n_units = p.n_embd / quant::unit_elems;
     if (id < 0 || id >= p.n_vocab) {
-      if (arch::thread_rank() == 0 && p.maybe_error_flag) *p.maybe_error_flag = 1;
+      if (arch::thread_rank() == 0 && p.maybe_error_flag) arch::raise_flag(p.maybe_error_flag);
       for (int i = arch::thread_rank(); i < p.n_embd; i += threads) out[i] = NAN;
       return;
     }

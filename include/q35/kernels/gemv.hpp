@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "q35/arch/atomic.hpp"
 #include "q35/arch/shuffle.hpp"
 #include "q35/arch/thread.hpp"
 #include "q35/arch/vector_load.hpp"
@@ -117,7 +118,7 @@ struct gemv_kernel {
       expert = p.maybe_expert_ids[g];
       x_row = g / p.x_group_div;
       if (expert < 0 || expert >= p.n_experts) {  // device-side guard: flag it, poison this pair's rows
-        if (arch::thread_rank() == 0 && p.maybe_error_flag) *p.maybe_error_flag = 1;
+        if (arch::thread_rank() == 0 && p.maybe_error_flag) arch::raise_flag(p.maybe_error_flag);
         if (sub == 0 && slice == 0 && row < p.rows) y[row] = NAN;
         return;  // the whole block leaves: no collective follows
       }

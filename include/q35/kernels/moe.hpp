@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "q35/arch/atomic.hpp"
 #include "q35/arch/math.hpp"
 #include "q35/arch/thread.hpp"
 #include "q35/core/dim3.hpp"
@@ -91,7 +92,7 @@ struct moe_gate_up_kernel {
       out = p.act + job * p.expert_ff;
       if (e == ops::router_empty_slot) return;  // nothing reads the act row of an empty slot
       if (e < 0 || e >= p.n_experts) {          // the router never writes this; guard against a corrupt id
-        if (arch::thread_rank() == 0) *p.error_flag = 1;
+        if (arch::thread_rank() == 0) arch::raise_flag(p.error_flag);
         for (int r = arch::thread_rank(); r < block_rows; r += threads)
           if (row0 + r < n_rows) out[row0 + r] = NAN;
         return;  // the whole block: no barrier follows
@@ -308,7 +309,7 @@ struct moe_down_kernel {
     float* out = p.h + t * p.n_embd + r;
     // h = h + FFN(x)
     *out = bad ? NAN : *out + total;
-    if (bad) *p.error_flag = 1;
+    if (bad) arch::raise_flag(p.error_flag);
   }
 };
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "q35/arch/atomic.hpp"
 #include "q35/arch/thread.hpp"
 #include "q35/core/dim3.hpp"
 #include "q35/core/vec.hpp"
@@ -21,7 +22,7 @@ namespace detail {
 // (ops::router_empty_slot) or an invalid id (which sets the flag).
 Q35_DEVICE int32_t moe_key(int32_t id, int n_experts, int* error_flag) {
   if (id >= 0 && id < n_experts) return id;
-  if (id != ops::router_empty_slot) *error_flag = 1;
+  if (id != ops::router_empty_slot) arch::raise_flag(error_flag);
   return n_experts;
 }
 

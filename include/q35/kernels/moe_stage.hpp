@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "q35/arch/atomic.hpp"
 #include "q35/arch/thread.hpp"
 #include "q35/arch/vector_load.hpp"
 #include "q35/core/dim3.hpp"
@@ -68,7 +69,7 @@ struct moe_stage_kernel {
     const bool gu = p.dst_gu != nullptr;
     const int32_t i = gu ? p.index_gu[e] : p.index_dn[e];
     if (i < 0 || i >= p.n_virtual) {
-      if (arch::thread_rank() == 0) *p.error_flag = 1;
+      if (arch::thread_rank() == 0) arch::raise_flag(p.error_flag);
       return;
     }
     const int64_t stride = gu ? p.gu_stride : p.dn_stride;
