@@ -19,6 +19,9 @@
 // there but never reports accesses the SIMT model orders: atomics (above, acquire/release even without a fence), and
 // warps: a warp has one sync object for all its collectives, so a lane that leaves a collective late acquires what
 // faster lanes released at the next one, and a race between two lanes of one warp in that window goes unreported.
+// Streams are not modelled: the sim runs every stream's work on the host thread, in the order its
+// options choose (options::side_stream_lag), so an overlap of two streams on a GPU is this detector's
+// blind spot; the expert store's promotion protocol has its own tests for that.
 //
 // The sim's own bookkeeping (thread states, collective arrivals, cp.async queues) is shared by the
 // fibers of one OS thread outside that model and is accessed with TSan's reads and writes ignored
