@@ -54,7 +54,6 @@
 extern "C" {
 void* __tsan_get_current_fiber();
 void* __tsan_create_fiber(unsigned flags);
-void __tsan_destroy_fiber(void* fiber);
 void __tsan_switch_to_fiber(void* fiber, unsigned flags);
 void __tsan_func_exit();
 void __tsan_acquire(void* addr);
