@@ -300,7 +300,8 @@ TEST_CASE("sim: a misaligned 128-bit access is reported as a kernel fault") {
   CHECK(s.message().find("not 16-byte aligned") != std::string::npos);
 }
 
-// Shared memory starts poisoned (NaN) for every block, so a read before any write is visible.
+// Shared memory starts poisoned (options::fill, 0xff by default: NaN) for every block, so a read
+// before any write is visible.
 struct read_uninitialised_kernel {
   struct params {
     float* out;
@@ -321,8 +322,20 @@ struct read_uninitialised_kernel {
 TEST_CASE("sim: shared memory is poisoned at the start of every block") {
   auto out = test::poisoned<float>(96);
   Q35_REQUIRE_OK(fill_bytes(out.data(), 0, out.bytes()));
-  Q35_REQUIRE_OK(launch::launch<read_uninitialised_kernel>({out.data()}));
+  sim::options o = sim::current_options();
+  o.fill = 0xff;
+  {
+    sim::scoped_options so(o);
+    Q35_REQUIRE_OK(launch::launch<read_uninitialised_kernel>({out.data()}));
+  }
   for (float v : test::to_host(out)) CHECK(std::isnan(v));
+  o.fill = 0x3c;
+  sim::scoped_options so(o);
+  Q35_REQUIRE_OK(launch::launch<read_uninitialised_kernel>({out.data()}));
+  uint32_t want = 0x3c3c3c3c;
+  float w;
+  std::memcpy(&w, &want, sizeof w);
+  for (float v : test::to_host(out)) CHECK(v == w);
 }
 
 // Warp-per-token top-4 of 64 logits: 4 rounds of warp argmax, the sim's speed benchmark.

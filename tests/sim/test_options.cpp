@@ -1,7 +1,9 @@
-// sim/options.hpp: the environment variables that pick the thread order and the worker count.
+// sim/options.hpp: the environment variables that pick the thread order, the worker count and the
+// byte unwritten memory holds.
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "q35/core/config.hpp"
 #include "test_util.hpp"
@@ -53,6 +55,17 @@ TEST_CASE("sim options: orders, seeds and workers from the environment") {
     scoped_env e("Q35_SIM_WORKERS", "3");
     CHECK(sim::detail::options_from_env().workers == 3);
   }
+  {
+    const char* old = std::getenv("Q35_SIM_FILL");  // the default, with the variable unset
+    const std::string saved = old ? old : "";
+    unsetenv("Q35_SIM_FILL");
+    CHECK(sim::detail::options_from_env().fill == 0xff);
+    if (old) setenv("Q35_SIM_FILL", saved.c_str(), 1);
+  }
+  for (const auto& [v, b] : {std::pair{"0x3c", 0x3c}, {"0xA5", 0xa5}, {"0", 0}, {"255", 255}, {"none", -1}}) {
+    scoped_env e("Q35_SIM_FILL", v);
+    CHECK(sim::detail::options_from_env().fill == b);
+  }
 }
 
 TEST_CASE("sim options: bad values are errors that name the variable and the value") {
@@ -65,6 +78,9 @@ TEST_CASE("sim options: bad values are errors that name the variable and the val
   CHECK(env_error("Q35_SIM_WORKERS", "0") == "Q35_SIM_WORKERS='0': expected 1..256");
   CHECK(env_error("Q35_SIM_WORKERS", "two") == "Q35_SIM_WORKERS='two': expected 1..256");
   CHECK(env_error("Q35_SIM_WORKERS", "999") == "Q35_SIM_WORKERS='999': expected 1..256");
+  for (const char* v : {"256", "-1", "0x100", "0xg0", "ff", "", "0x"})
+    CHECK(env_error("Q35_SIM_FILL", v) ==
+          std::string("Q35_SIM_FILL='") + v + "': expected a byte (0..255 or 0x00..0xff) or none");
 }
 
 }  // namespace sim_test_options

@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 #else
 #include "q35/sim/api_counters.hpp"
+#include "q35/sim/options.hpp"
 #include "q35/sim/visibility.hpp"
 #endif
 
@@ -86,6 +87,7 @@ inline status device_alloc(void** ptr, size_t bytes) {
     return error(status_code::out_of_memory, "sim: cannot allocate " + std::to_string(bytes) + " bytes");
   *ptr = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
   if (!*ptr) return error(status_code::out_of_memory, "sim: cannot allocate " + std::to_string(bytes) + " bytes");
+  sim::fill_unwritten(*ptr, bytes);
   sim::register_allocation(*ptr, bytes);  // for options::delay_stores
   return status::success();
 #endif
@@ -248,6 +250,7 @@ inline status host_pinned_alloc(void** ptr, size_t bytes) {
   *ptr = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
   if (!*ptr)
     return error(status_code::out_of_memory, "sim: cannot allocate " + std::to_string(bytes) + " pinned bytes");
+  sim::fill_unwritten(*ptr, bytes);
   return status::success();
 #endif
 }

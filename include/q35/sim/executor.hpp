@@ -28,9 +28,6 @@ struct launch_config {
   const void* ctx;
 };
 
-// Byte pattern the sim fills shared memory with before each block: reads before writes show up as NaN.
-inline constexpr unsigned char shared_poison = 0xff;
-
 namespace detail {
 
 class block_runner {
@@ -52,7 +49,8 @@ class block_runner {
     b.block_dim = bd;
     b.grid_dim = g;
     b.shared = shared_;
-    std::memset(shared_, shared_poison, cfg_.shared_bytes);
+    // a read before a write shows up (options::fill; 0xff unless one is given)
+    std::memset(shared_, opt_.fill >= 0 ? opt_.fill : 0xff, cfg_.shared_bytes);
     if (tls_visibility) tls_visibility->begin_block();
     const int n = int(volume(bd));
     b.threads.resize(size_t(n));

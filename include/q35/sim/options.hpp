@@ -3,12 +3,14 @@
 // Defaults come from the environment once per process:
 //   Q35_SIM_ORDER   = forward | reverse | shuffled[:SEED]   (default forward)
 //   Q35_SIM_WORKERS = number of OS threads that run blocks   (default 1)
+//   Q35_SIM_FILL    = 0..255 or 0x00..0xff, or none          (default 0xff)
 // Tests change them in a scope with scoped_options.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -35,6 +37,11 @@ struct options {
   // on one reports "not yet" to this many queries before its work runs (arch/memory.hpp, sim_stream):
   // exposes a user of a side stream that reads its results without waiting for them.
   int side_stream_lag = 0;
+  // The byte written into memory nobody has written yet, as CUDA leaves it undefined: each block's
+  // shared memory, every device and pinned allocation. A read before a write then shows up (0xff is
+  // NaN in f32, f16 and bf16, -1 in signed integers, an id out of range); another byte gives other
+  // garbage. -1 (none): allocations as malloc returns them (often zeros), shared memory still 0xff.
+  int fill = 0xff;
 };
 
 inline const char* to_string(thread_order o) {
@@ -80,6 +87,20 @@ inline options options_from_env() {
     if (w < 1 || w > 256) throw std::invalid_argument(std::string("Q35_SIM_WORKERS='") + s + "': expected 1..256");
     o.workers = w;
   }
+  if (const char* s = std::getenv("Q35_SIM_FILL")) {
+    const std::string v(s);
+    const bool hex =
+        v.size() == 4 && v.rfind("0x", 0) == 0 && v.find_first_not_of("0123456789abcdefABCDEF", 2) == std::string::npos;
+    const bool dec = !v.empty() && v.size() <= 3 && v.find_first_not_of("0123456789") == std::string::npos;
+    const int b = hex ? std::stoi(v.substr(2), nullptr, 16) : dec ? std::stoi(v) : -1;
+    if (v == "none") {
+      o.fill = -1;
+    } else if (b < 0 || b > 255) {
+      throw std::invalid_argument("Q35_SIM_FILL='" + v + "': expected a byte (0..255 or 0x00..0xff) or none");
+    } else {
+      o.fill = b;
+    }
+  }
   return o;
 }
 
@@ -92,6 +113,11 @@ inline options& global_options() {
 
 inline const options& current_options() { return detail::global_options(); }
 inline void set_options(const options& o) { detail::global_options() = o; }
+
+// Called by the sim's device_alloc and host_pinned_alloc: [p, p + bytes) gets options::fill.
+inline void fill_unwritten(void* p, size_t bytes) {
+  if (const int b = current_options().fill; b >= 0) std::memset(p, b, bytes);
+}
 
 // Sets the sim options for a scope and restores the previous ones on exit.
 class scoped_options {
