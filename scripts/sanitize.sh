@@ -18,7 +18,13 @@
 #         Q35_SANITIZER=thread scripts/sanitize.sh 'sim\.(race_check|attention|gdn)' q35_race_demo \
 #           q35_tests_attention q35_tests_gdn
 #   env:  Q35_SANITIZER (default address), Q35_SAN_BUILD_DIR (default build-asan or build-tsan),
-#         Q35_SAN_JOBS (default 2)
+#         Q35_SAN_JOBS (default 2),
+#         Q35_SAN_CASE_LIMIT=S: instead of ctest, run every doctest case of the given targets alone, each
+#           for at most S seconds (TSan makes a suite of minutes take hours; a case at a time covers the
+#           most kernels in the time there is). One line per case: target, seconds, ok / REPORT / FAILED /
+#           timeout (no report in S s), name; a report's or failure's log stays in $build/san_cases.
+#           Q35_SAN_DEADLINE=EPOCH stops starting cases after that time. Exit 1 on any report or failure.
+#         e.g.  Q35_SANITIZER=thread Q35_SAN_CASE_LIMIT=300 scripts/sanitize.sh '' q35_tests_kernels q35_tests_moe
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 sanitizer="${Q35_SANITIZER:-address}"
@@ -46,12 +52,51 @@ thread)
   exit 2
   ;;
 esac
+if [ -n "${Q35_SAN_CASE_LIMIT:-}" ] && [ $# -eq 0 ]; then
+  echo "sanitize.sh: Q35_SAN_CASE_LIMIT needs the test targets to run" >&2
+  exit 2
+fi
 cmake -S "$root" -B "$build" -DQ35_ENABLE_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$flags" \
   -DCMAKE_EXE_LINKER_FLAGS="$link" >/dev/null
 if [ $# -gt 0 ]; then
   cmake --build "$build" -j "$jobs" --target "$@"
 else
   cmake --build "$build" -j "$jobs"
+fi
+if [ -n "${Q35_SAN_CASE_LIMIT:-}" ]; then
+  logs="$build/san_cases"
+  mkdir -p "$logs"
+  bad=0
+  for target in "$@"; do
+    exe=$(find "$build" -type f -perm -u+x -name "$target" | head -1)
+    [ -n "$exe" ] || { echo "sanitize.sh: no executable $target under $build" >&2; exit 2; }
+    # doctest's case list sits between two lines of '='; commas in a name would split the filter
+    mapfile -t cases < <("$exe" --list-test-cases | sed -n '/^====/,/^====/p' | grep -v -e '^====' -e '^\[doctest\]')
+    for i in "${!cases[@]}"; do
+      if [ -n "${Q35_SAN_DEADLINE:-}" ] && [ "$(date +%s)" -ge "$Q35_SAN_DEADLINE" ]; then
+        echo "sanitize.sh: deadline reached"
+        exit $bad
+      fi
+      name=${cases[$i]}
+      log="$logs/$target.$i.log"
+      t0=$(date +%s)
+      rc=0
+      # SIGKILL: a catchable signal would run doctest's handler, which TSan reports as signal-unsafe
+      (cd "$build" && timeout -s KILL "$Q35_SAN_CASE_LIMIT" "$exe" --test-case="${name//,/?}" >"$log" 2>&1) 2>/dev/null || rc=$?
+      if grep -q -e "WARNING: ThreadSanitizer" -e "ERROR: AddressSanitizer" -e "runtime error:" "$log"; then
+        result=REPORT bad=1
+      elif [ $rc -eq 137 ]; then
+        result="timeout (no report in ${Q35_SAN_CASE_LIMIT} s)"
+      elif [ $rc -ne 0 ]; then
+        result=FAILED bad=1
+      else
+        result=ok
+      fi
+      [ "$result" = REPORT ] || [ "$result" = FAILED ] || rm -f "$log"
+      printf '%s\t%4d s\t%s\t%s\n' "$target" $(($(date +%s) - t0)) "$result" "$name"
+    done
+  done
+  exit $bad
 fi
 # (tests with a TIMEOUT property keep it; a sanitized run may need the longer limits of -R one test)
 ctest --test-dir "$build" --output-on-failure -R "$regex" -j "$jobs"
