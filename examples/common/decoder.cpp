@@ -280,7 +280,7 @@ status decoder::step(std::span<const seq_input> inputs, std::vector<float>* host
       graphs_[size_t(k)] = std::make_unique<launch_graph>();
       gr = graphs_[size_t(k)].get();
       const status c = gr->capture(stream(), [&] { return forward(rows); });
-      if (!c.ok()) graph_failed_ = true;  // the sim has no graphs; on CUDA a failed capture runs eagerly
+      if (!c.ok()) graph_failed_ = true;  // a failed capture (e.g. a call that invalidates it) runs eagerly
     }
     if (gr->ready()) {
       Q35_TRY(gr->replay(stream()));

@@ -142,8 +142,8 @@ TEST_CASE("launch: after a failed graph capture the same stream runs eagerly" * 
   Q35_REQUIRE_OK(stream.create());
   auto y = test::poisoned<float>(100);
   launch_graph g;
-  // Synchronizing a stream that is being captured is illegal on CUDA (it invalidates the capture);
-  // the sim has no graphs at all. Either way capture fails, and the decoder then runs eagerly.
+  // Synchronizing a stream that is being captured is illegal on CUDA (it invalidates the capture), and
+  // on the sim: capture fails, and the decoder then runs eagerly.
   const status s = g.capture(stream.get(), [&] {
     Q35_TRY(launch::launch<fill_kernel>({y.data(), 100, 1.0f}, stream.get()));
     return synchronize(stream.get());
@@ -151,6 +151,146 @@ TEST_CASE("launch: after a failed graph capture the same stream runs eagerly" * 
   CHECK_FALSE(g.ready());
   check_next_launch_is_clean(s, stream.get());
 }
+
+// y[i] += a * x[i] for i < n.
+struct axpy_kernel {
+  struct params {
+    float* y;        // [n]
+    const float* x;  // [n]
+    int n;
+    float a;
+  };
+  struct shared_storage {};
+  static constexpr int threads = 64;
+  static dim3 grid(const params& p) { return dim3(unsigned((p.n + threads - 1) / threads)); }
+  Q35_DEVICE void operator()(const params& p, shared_storage&) const {
+    const int i = int(arch::block_idx().x) * threads + arch::thread_rank();
+    if (i < p.n) p.y[i] += p.a * p.x[i];
+  }
+};
+
+// What the decoder relies on when it replays a decode step: capture runs nothing; a replay runs every
+// captured operation again, kernels with the parameters they had when they were launched (a host
+// variable changed afterwards does not reach them) and copies reading their source when the replay
+// reaches them.
+TEST_CASE("graphs: a replay reruns the captured work with the parameters of the capture" * test::needs_device()) {
+  const int n = 100;
+  owned_stream stream;
+  Q35_REQUIRE_OK(stream.create());
+  pinned_buffer<float> src;
+  Q35_REQUIRE_OK(src.allocate(n));
+  device_buffer<float> x, y;
+  Q35_REQUIRE_OK(x.allocate(n));
+  Q35_REQUIRE_OK(y.allocate(n));
+  Q35_REQUIRE_OK(fill_bytes(y.data(), 0, n * 4, stream.get()));
+  Q35_REQUIRE_OK(synchronize(stream.get()));
+  launch_graph g;
+  float a = 2.0f;
+  Q35_REQUIRE_OK(g.capture(stream.get(), [&] {
+    Q35_TRY(copy(x.data(), src.data(), n * 4, copy_kind::host_to_device, stream.get()));
+    Q35_TRY(launch::launch<axpy_kernel>({y.data(), x.data(), n, a}, stream.get()));
+    a = 100.0f;  // after the launch: not in the graph
+    return status::success();
+  }));
+  REQUIRE(g.ready());
+  Q35_REQUIRE_OK(synchronize(stream.get()));
+  CHECK(test::to_host(y) == std::vector<float>(n, 0.0f));  // capture ran nothing
+  std::vector<float> want(n, 0.0f);
+  for (int r = 0; r < 3; ++r) {
+    for (int i = 0; i < n; ++i) src[size_t(i)] = float(r * 1000 + i), want[size_t(i)] += 2.0f * float(r * 1000 + i);
+    Q35_REQUIRE_OK(g.replay(stream.get()));
+    Q35_REQUIRE_OK(synchronize(stream.get()));
+    CHECK(test::to_host(y) == want);
+  }
+}
+
+// CUDA's thread-local capture mode forbids allocating while a stream is being captured: the call fails
+// and so does the capture, and the stream then runs eagerly (the decoder's fallback).
+TEST_CASE("graphs: an allocation during capture invalidates it" * test::needs_device()) {
+  owned_stream stream;
+  Q35_REQUIRE_OK(stream.create());
+  auto y = test::poisoned<float>(100);
+  launch_graph g;
+  void* p = nullptr;
+  const status s = g.capture(stream.get(), [&] {
+    Q35_TRY(launch::launch<fill_kernel>({y.data(), 100, 1.0f}, stream.get()));
+    (void)device_alloc(&p, 1024);  // ignored here: the capture must still fail
+    return status::success();
+  });
+  CHECK(p == nullptr);
+  CHECK_FALSE(g.ready());
+  check_next_launch_is_clean(s, stream.get());
+}
+
+#if !Q35_BACKEND_CUDA
+// The sim is stricter than CUDA where work would escape the graph: a launch or copy on another stream
+// during capture runs once, at capture, not at each replay, which in a replayed step is a bug.
+TEST_CASE("sim graphs: work outside the captured stream invalidates the capture, and names the call") {
+  owned_stream stream, other;
+  Q35_REQUIRE_OK(stream.create());
+  Q35_REQUIRE_OK(other.create());
+  auto y = test::poisoned<float>(100);
+  struct attempt {
+    const char* name;
+    std::function<status()> run;
+    const char* message;
+  };
+  float host[4] = {};
+  owned_event e;
+  launch_graph inner;
+  const attempt attempts[] = {
+      {"null-stream launch",
+       [&] {
+         return launch::launch<fill_kernel>({y.data(), 100, 1.0f});
+       },
+       "a kernel launch on the null stream"},
+      {"other-stream launch",
+       [&] {
+         return launch::launch<fill_kernel>({y.data(), 100, 1.0f}, other.get());
+       },
+       "a kernel launch on another stream"},
+      {"null-stream copy", [&] { return copy(y.data(), host, 16, copy_kind::host_to_device); },
+       "a copy on the null stream"},
+      {"other-stream fill", [&] { return fill_bytes(y.data(), 0, 16, other.get()); }, "a fill on another stream"},
+      {"synchronize", [&] { return synchronize(other.get()); }, "synchronize"},
+      {"event record", [&] { return e.record(stream.get()); }, "an event record"},
+      {"pinned allocation",
+       [&] {
+         pinned_buffer<float> b;
+         return b.allocate(4);
+       },
+       "host_pinned_alloc"},
+      {"replay", [&] { return inner.replay(stream.get()); }, "a graph replay"},
+  };
+  for (const attempt& a : attempts) {
+    CAPTURE(a.name);
+    launch_graph g;
+    status inside = status::success();
+    const status s = g.capture(stream.get(), [&] {
+      Q35_TRY(launch::launch<fill_kernel>({y.data(), 100, 1.0f}, stream.get()));
+      inside = a.run();
+      return status::success();  // a caller that ignores the failed call still gets a failed capture
+    });
+    CHECK_FALSE(inside.ok());
+    CHECK(inside.message().find(a.message) != std::string::npos);
+    CHECK_FALSE(g.ready());
+    CHECK(s.message().find(a.message) != std::string::npos);
+  }
+  // a failing record() is reported as itself; a nested capture is refused
+  launch_graph g;
+  CHECK(g.capture(stream.get(), [] { return error(status_code::invalid_argument, "recorded failure"); }).message() ==
+        "recorded failure");
+  status nested = status::success();
+  Q35_REQUIRE_OK(g.capture(stream.get(), [&] {
+    launch_graph h;
+    nested = h.capture(stream.get(), [] { return status::success(); });
+    return status::success();
+  }));
+  CHECK(nested.message().find("a capture is in progress") != std::string::npos);
+  CHECK(g.capture(nullptr, [] { return status::success(); }).message().find("null stream") != std::string::npos);
+  check_next_launch_is_clean(error(status_code::launch_failed, "after the attempts"), stream.get());
+}
+#endif
 
 // A side stream's copy reaches another stream's kernel through an event, and the host through a query
 // or a wait; an event never recorded has completed.

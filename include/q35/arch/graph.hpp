@@ -1,13 +1,16 @@
 // Streams, events and graphs behind one interface: owned_stream (a stream of its own, so its work can
 // be captured, or a side stream whose copies overlap the work of another), owned_event (a point in a
 // stream's work that another stream or the host waits for, or polls), and launch_graph: a sequence of
-// launches recorded once and replayed (CUDA graphs). The sim runs every launch synchronously, so it
-// has no graphs: capture() reports `unsupported` and callers run their launches directly; its side
+// launches recorded once and replayed (CUDA graphs). The sim records a graph too (sim_capture,
+// arch/memory.hpp): kernels with the parameters they had at capture, copies and fills by address, and
+// it refuses what would make a replayed graph differ from the same work issued again; its side
 // streams may lag (sim::options::side_stream_lag), so that a missing event shows in a test.
 #pragma once
 
 #include <algorithm>
+#include <functional>
 #include <utility>
+#include <vector>
 
 #include "q35/arch/memory.hpp"
 #include "q35/core/status.hpp"
@@ -84,6 +87,8 @@ class owned_event {
     if (!e_) Q35_TRY(detail::cuda_status(cudaEventCreateWithFlags(&e_, cudaEventDisableTiming), "cudaEventCreate"));
     return detail::cuda_status(cudaEventRecord(e_, stream), "cudaEventRecord");
 #else
+    if (detail::active_capture())
+      return detail::invalidate_capture("an event record (the sim's graphs have no event nodes)");
     // only a lagging stream has work that is not complete yet
     const bool lags = stream && stream->lag > 0;
     s_ = lags ? stream : nullptr;
@@ -97,6 +102,8 @@ class owned_event {
     if (!e_) return status::success();
     return detail::cuda_status(cudaStreamWaitEvent(stream, e_, 0), "cudaStreamWaitEvent");
 #else
+    if (detail::active_capture())
+      return detail::invalidate_capture("an event wait (the sim's graphs have no event nodes)");
     if (!s_) return status::success();
     sim_stream* s = s_;
     const uint64_t n = seq_;
@@ -188,19 +195,36 @@ class launch_graph {
     ready_ = true;
     return status::success();
 #else
-    (void)stream;
-    (void)record;
-    return error(status_code::unsupported, "the sim backend has no graphs");
+    if (!stream) return error(status_code::invalid_argument, "launch_graph: the null stream cannot be captured");
+    if (detail::active_capture()) return error(status_code::invalid_argument, "launch_graph: a capture is in progress");
+    stream->run_all();
+    sim_capture cap;
+    cap.stream = stream;
+    struct scope {  // ends the capture however record() leaves
+      sim_stream* s;
+      ~scope() { s->capture = nullptr, detail::active_capture() = nullptr; }
+    } ending{stream};
+    stream->capture = &cap, detail::active_capture() = &cap;
+    const status recorded = record();
+    if (!recorded.ok()) return recorded;
+    if (!cap.invalid.empty()) return error(status_code::launch_failed, "sim: capture invalidated by " + cap.invalid);
+    ops_ = std::move(cap.ops);
+    ready_ = true;
+    return status::success();
 #endif
   }
 
   // Runs the recorded launches on `stream` (asynchronous).
   status replay(stream_t stream) {
+#if !Q35_BACKEND_CUDA
+    if (detail::active_capture()) return detail::invalidate_capture("a graph replay");
+#endif
     if (!ready_) return error(status_code::invalid_argument, "launch_graph: nothing captured");
 #if Q35_BACKEND_CUDA
     return detail::cuda_status(cudaGraphLaunch(exec_, stream), "cudaGraphLaunch");
 #else
-    (void)stream;
+    if (stream) stream->run_all();
+    for (const auto& op : ops_) Q35_TRY(op());
     return status::success();
 #endif
   }
@@ -211,6 +235,8 @@ class launch_graph {
     if (graph_) cudaGraphDestroy(graph_);
     exec_ = nullptr;
     graph_ = nullptr;
+#else
+    ops_.clear();
 #endif
     ready_ = false;
   }
@@ -219,6 +245,8 @@ class launch_graph {
 #if Q35_BACKEND_CUDA
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
+#else
+  std::vector<std::function<status()> > ops_;  // the recorded operations, in stream order
 #endif
   bool ready_ = false;
 };

@@ -11,6 +11,7 @@
 #include <functional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "q35/core/config.hpp"
 #include "q35/core/status.hpp"
@@ -46,10 +47,12 @@ inline status cuda_status(cudaError_t e, const char* what, status_code code = st
 // when someone has to see them (synchronize, an event on it that is waited for or queried `lag` times,
 // a launch on it). That is the latest a GPU could run them, so a test sees what a user of the stream
 // reads if it forgets to wait for it through an event (arch/graph.hpp).
+struct sim_capture;
 struct sim_stream {
   int lag = 0;  // 0: runs work at once; else event queries on it report "not yet" `lag` times
   std::deque<std::function<void()> > queued;
   uint64_t enqueued = 0, completed = 0;  // operations queued and run, since the stream was made
+  sim_capture* capture = nullptr;        // the graph being recorded from this stream (arch/graph.hpp)
 
   // Runs f now, or queues it on a lagging stream.
   void submit(std::function<void()> f) {
@@ -72,6 +75,45 @@ struct sim_stream {
   void run_all() { run_to(enqueued); }
 };
 using stream_t = sim_stream*;
+
+// A CUDA graph as the sim records it (launch_graph::capture, arch/graph.hpp): while `stream` is being
+// captured, what is issued on it is recorded, not run: kernels with their parameters as they were at
+// the launch, copies and fills with their addresses (the bytes are read when the graph runs). What
+// would run once at capture instead of at every replay, or what CUDA's thread-local capture mode
+// forbids, makes the capture invalid: its end reports the first such call, as
+// cudaStreamEndCapture reports cudaErrorStreamCaptureInvalidated.
+//   - allocating or freeing device or pinned memory (cudaMalloc, cudaFree, cudaMallocHost, ...);
+//   - synchronizing any stream;
+//   - a launch, copy or fill on another stream or the null stream, and an event recorded on or waited
+//     for by the captured stream (CUDA would accept some of these: the sim is stricter, since work
+//     outside the graph runs once, at capture, which in a replayed step is a bug).
+struct sim_capture {
+  sim_stream* stream = nullptr;
+  std::vector<std::function<status()> > ops;
+  std::string invalid;  // the first call that invalidated the capture; empty while it is valid
+};
+
+namespace detail {
+// The capture in progress on this host thread, or null.
+inline sim_capture*& active_capture() {
+  static thread_local sim_capture* c = nullptr;
+  return c;
+}
+// Marks the capture in progress invalid because of `what`, and returns the error that call reports.
+inline status invalidate_capture(const std::string& what) {
+  sim_capture* c = active_capture();
+  const std::string msg = what + " while a stream is being captured into a graph";
+  if (c && c->invalid.empty()) c->invalid = msg;
+  return error(status_code::launch_failed, "sim: " + msg);
+}
+// Whether work issued on `stream` now is recorded into a graph (true), runs now (false, success), or
+// is an error: it is not the captured stream but a capture is in progress.
+inline status check_capture(stream_t stream, const char* what, bool& record) {
+  record = stream && stream->capture;
+  if (record || !active_capture()) return status::success();
+  return invalidate_capture(std::string(what) + (stream ? " on another stream" : " on the null stream"));
+}
+}  // namespace detail
 #endif
 
 // Allocates `bytes` of device memory (256-byte aligned); *ptr is null for 0 bytes.
@@ -83,6 +125,7 @@ inline status device_alloc(void** ptr, size_t bytes) {
   // reported as a full device
   return detail::cuda_status(cudaMalloc(ptr, bytes), "cudaMalloc");
 #else
+  if (detail::active_capture()) return detail::invalidate_capture("device_alloc (cudaMalloc)");
   if (bytes > SIZE_MAX - 255)
     return error(status_code::out_of_memory, "sim: cannot allocate " + std::to_string(bytes) + " bytes");
   *ptr = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
@@ -98,6 +141,7 @@ inline void device_free(void* ptr) {
 #if Q35_BACKEND_CUDA
   cudaFree(ptr);
 #else
+  if (detail::active_capture()) (void)detail::invalidate_capture("device_free (cudaFree)");
   sim::unregister_allocation(ptr);
   std::free(ptr);
 #endif
@@ -119,7 +163,14 @@ inline status copy(void* dst, const void* src, size_t bytes, copy_kind kind, str
             : kind == copy_kind::device_to_host ? sim::counters().d2h_copies
                                                 : sim::counters().d2d_copies;
   ++n;
-  if (stream)
+  bool record = false;
+  Q35_TRY(detail::check_capture(stream, "a copy", record));
+  if (record)
+    stream->capture->ops.push_back([=] {
+      std::memmove(dst, src, bytes);
+      return status::success();
+    });
+  else if (stream)
     stream->submit([=] { std::memmove(dst, src, bytes); });
   else
     std::memmove(dst, src, bytes);
@@ -134,7 +185,14 @@ inline status fill_bytes(void* dst, int byte, size_t bytes, stream_t stream = nu
   return detail::cuda_status(cudaMemsetAsync(dst, byte, bytes, stream), "cudaMemsetAsync");
 #else
   ++sim::counters().fills;
-  if (stream)
+  bool record = false;
+  Q35_TRY(detail::check_capture(stream, "a fill", record));
+  if (record)
+    stream->capture->ops.push_back([=] {
+      std::memset(dst, byte, bytes);
+      return status::success();
+    });
+  else if (stream)
     stream->submit([=] { std::memset(dst, byte, bytes); });
   else
     std::memset(dst, byte, bytes);
@@ -148,6 +206,7 @@ inline status synchronize(stream_t stream = nullptr) {
   return detail::cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize", status_code::kernel_fault);
 #else
   ++sim::counters().synchronizations;
+  if (detail::active_capture()) return detail::invalidate_capture("synchronize (cudaStreamSynchronize)");
   if (stream) stream->run_all();
   return status::success();
 #endif
@@ -245,6 +304,7 @@ inline status host_pinned_alloc(void** ptr, size_t bytes) {
 #if Q35_BACKEND_CUDA
   return detail::cuda_status(cudaMallocHost(ptr, bytes), "cudaMallocHost");
 #else
+  if (detail::active_capture()) return detail::invalidate_capture("host_pinned_alloc (cudaMallocHost)");
   if (bytes > SIZE_MAX - 255)
     return error(status_code::out_of_memory, "sim: cannot allocate " + std::to_string(bytes) + " pinned bytes");
   *ptr = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
@@ -260,6 +320,7 @@ inline void host_pinned_free(void* ptr) {
 #if Q35_BACKEND_CUDA
   cudaFreeHost(ptr);
 #else
+  if (detail::active_capture()) (void)detail::invalidate_capture("host_pinned_free (cudaFreeHost)");
   std::free(ptr);
 #endif
 }

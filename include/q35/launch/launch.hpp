@@ -138,6 +138,30 @@ inline status check_shape(const std::string& name, dim3 grid, dim3 block, int th
 
 }  // namespace detail
 
+#if Q35_BACKEND_SIM
+namespace detail {
+// Runs K's grid on the sim, to completion.
+template <class K>
+status sim_run(dim3 grid, dim3 block, size_t smem, const typename K::params& p) {
+  const std::string name = kernel_name<K>();
+  sim::launch_config cfg{name.c_str(),
+                         grid,
+                         block,
+                         smem,
+                         [](const void* ctx, unsigned char* shared) {
+                           K{}(*static_cast<const typename K::params*>(ctx),
+                               *reinterpret_cast<typename K::shared_storage*>(shared));
+                         },
+                         &p};
+  try {
+    return sim::execute(cfg, sim::current_options());
+  } catch (const std::exception& e) {  // the sim's options from the environment are invalid
+    return error(status_code::invalid_argument, e.what());
+  }
+}
+}  // namespace detail
+#endif
+
 #if Q35_BACKEND_CUDA
 namespace detail {
 template <class K>
@@ -189,27 +213,23 @@ status launch(const typename K::params& p, stream_t stream = nullptr) {
   if (rc != cudaSuccess) return q35::detail::cuda_status(rc, ("launch of " + kernel_name<K>()).c_str());
   return status::success();
 #else
-  if (stream) stream->run_all();  // the stream's queued copies come first (a lagging side stream)
   if (smem > sim_max_shared_bytes)
     return error(status_code::launch_failed, "kernel " + kernel_name<K>() + ": " + std::to_string(smem) +
                                                  " bytes of shared memory exceed the " +
                                                  std::to_string(sim_max_shared_bytes) + "-byte limit");
-  const std::string name = kernel_name<K>();
-  sim::launch_config cfg{name.c_str(),
-                         grid,
-                         block,
-                         smem,
-                         [](const void* ctx, unsigned char* shared) {
-                           K{}(*static_cast<const typename K::params*>(ctx),
-                               *reinterpret_cast<typename K::shared_storage*>(shared));
-                         },
-                         &p};
   ++sim::counters().launches;  // sim/api_counters.hpp: host calls a test can count
-  try {
-    return sim::execute(cfg, sim::current_options());
-  } catch (const std::exception& e) {  // the sim's options from the environment are invalid
-    return error(status_code::invalid_argument, e.what());
+  bool record = false;
+  Q35_TRY(q35::detail::check_capture(stream, "a kernel launch", record));
+  if (record) {
+    // into the graph, with a copy of the parameters as they are now (cudaLaunchKernel copies them into
+    // the kernel node): a replay runs the kernel on them, whatever the caller's variables hold by then
+    auto params = std::make_shared<const typename K::params>(p);
+    stream->capture->ops.push_back(
+        [params, grid, block, smem] { return detail::sim_run<K>(grid, block, smem, *params); });
+    return status::success();
   }
+  if (stream) stream->run_all();  // the stream's queued copies come first (a lagging side stream)
+  return detail::sim_run<K>(grid, block, smem, p);
 #endif
 }
 
