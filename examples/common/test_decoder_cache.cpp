@@ -273,9 +273,12 @@ TEST_CASE("expert_store: the index names a slot only after its copy has landed" 
   device_buffer<uint8_t> ws;
   Q35_OK(ws.allocate(launch::moe_workspace_bytes(s, 1)));
   device_buffer<int> flag = test::to_device(std::vector<int>{0});
-  // h = MoE(x) for one token (decode kernels) with the given weights; ids: the token's experts
+  // h = MoE(x) for one token (decode kernels) with the given weights; ids: the token's experts. Nothing
+  // is freed between the polls below (a free waits for all streams' work, as cudaFree does).
+  const std::vector<float> zeros(size_t(h.n_embd), 0.0f);
+  auto d_h = test::to_device(zeros);
   auto run = [&](const launch::moe_weights& w, std::vector<int32_t>* ids = nullptr) {
-    auto d_h = test::to_device(std::vector<float>(size_t(h.n_embd), 0.0f));
+    Q35_OK(copy(d_h.data(), zeros.data(), zeros.size() * 4, copy_kind::host_to_device));
     launch::ffn_layer_args a;
     a.shape = s, a.x = d_x.data(), a.h = d_h.data(), a.n_tokens = 1;
     a.workspace = ws.data(), a.workspace_bytes = ws.bytes(), a.error_flag = flag.data();

@@ -1,6 +1,10 @@
 // launch/launch.hpp: shapes, dynamic shared memory beyond 48 KB, empty grids, and launch errors; an
 // error is reported by the call that caused it, never by the next, innocent one. And arch/graph.hpp's
-// side streams and events.
+// streams, events and graphs, with the sim's lazy streams and recorded graphs.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 #include "q35/arch/graph.hpp"
 #include "q35/arch/thread.hpp"
 #include "q35/launch/launch.hpp"
@@ -325,6 +329,7 @@ TEST_CASE("streams: a side stream's copy is seen through events" * test::needs_d
 TEST_CASE("sim: a lagging side stream runs its copies only when they must be seen") {
   sim::options o = sim::current_options();
   o.side_stream_lag = 2;
+  o.lazy_streams = false;  // the work stream runs at once
   sim::scoped_options scoped(o);
   owned_stream side, work;
   Q35_REQUIRE_OK(side.create(stream_role::side));
@@ -353,6 +358,108 @@ TEST_CASE("sim: a lagging side stream runs its copies only when they must be see
   CHECK(dst == std::vector<int>(4, 0));
   Q35_REQUIRE_OK(synchronize(side.get()));
   CHECK(dst == std::vector<int>{-1, 0, 0, 0});
+}
+
+// Reaches the barrier from part of the block only: the sim reports a kernel_fault.
+struct partial_barrier_kernel {
+  struct params {
+    int* out;
+  };
+  struct shared_storage {};
+  static constexpr int threads = 64;
+  static dim3 grid(const params&) { return dim3(1); }
+  Q35_DEVICE void operator()(const params& p, shared_storage&) const {
+    if (arch::thread_rank() >= 40) return;
+    arch::sync_block();
+    p.out[arch::thread_rank()] = 1;
+  }
+};
+
+// The sim's streams are lazy by default (options::lazy_streams): their work runs when the host must see
+// it, the latest a GPU may run it; pageable host memory is copied as cudaMemcpyAsync copies it.
+TEST_CASE("sim: a lazy stream runs its work only when the host must see it") {
+  sim::options o = sim::current_options();
+  o.lazy_streams = true;
+  sim::scoped_options scoped(o);
+  owned_stream s;
+  Q35_REQUIRE_OK(s.create());
+  device_buffer<float> y;
+  Q35_REQUIRE_OK(y.allocate(100));
+  pinned_buffer<float> host;
+  Q35_REQUIRE_OK(host.allocate(100));
+  std::fill(host.data(), host.data() + 100, 0.0f);
+  const std::vector<float> threes(100, 3.0f);
+
+  // a launch and a download into pinned memory: nothing has run until the synchronization
+  Q35_REQUIRE_OK(launch::launch<fill_kernel>({y.data(), 100, 3.0f}, s.get()));
+  Q35_REQUIRE_OK(copy(host.data(), y.data(), 400, copy_kind::device_to_host, s.get()));
+  CHECK(y.data()[0] != 3.0f);  // new memory still holds options::fill
+  CHECK(host[99] == 0.0f);
+  Q35_REQUIRE_OK(synchronize(s.get()));
+  CHECK(std::vector<float>(host.data(), host.data() + 100) == threes);
+
+  // an upload from pinned memory reads it when the stream gets there, one from pageable memory when issued
+  std::vector<float> pageable(100, 5.0f);
+  Q35_REQUIRE_OK(copy(y.data(), pageable.data(), 400, copy_kind::host_to_device, s.get()));
+  pageable.assign(100, 6.0f);
+  Q35_REQUIRE_OK(copy(y.data() + 50, host.data(), 200, copy_kind::host_to_device, s.get()));
+  std::fill(host.data(), host.data() + 100, 7.0f);
+  CHECK(y.data()[0] == 3.0f);
+  Q35_REQUIRE_OK(synchronize(s.get()));
+  CHECK(y.data()[0] == 5.0f);
+  CHECK(y.data()[49] == 5.0f);
+  CHECK(y.data()[50] == 7.0f);
+
+  // a download into pageable memory returns once it is done, after the work before it
+  Q35_REQUIRE_OK(launch::launch<fill_kernel>({y.data(), 100, 8.0f}, s.get()));
+  Q35_REQUIRE_OK(copy(pageable.data(), y.data(), 400, copy_kind::device_to_host, s.get()));
+  CHECK(pageable == std::vector<float>(100, 8.0f));
+
+  // an event: a query runs the work it marks (no polls on a work stream); a free waits for all work
+  Q35_REQUIRE_OK(fill_bytes(y.data(), 0, 400, s.get()));
+  owned_event e;
+  Q35_REQUIRE_OK(e.record(s.get()));
+  Q35_REQUIRE_OK(launch::launch<fill_kernel>({y.data(), 10, 1.0f}, s.get()));
+  bool done = false;
+  Q35_REQUIRE_OK(e.query(done));
+  CHECK(done);
+  CHECK(y.data()[0] == 0.0f);
+  {
+    device_buffer<float> other;
+    Q35_REQUIRE_OK(other.allocate(4));
+  }  // freed: like cudaFree, it waits for the device
+  CHECK(y.data()[0] == 1.0f);
+
+  // an event recorded on a stream that has ended has completed (the stream ran its work when it ended)
+  owned_event late;
+  {
+    owned_stream t;
+    Q35_REQUIRE_OK(t.create());
+    Q35_REQUIRE_OK(launch::launch<fill_kernel>({y.data(), 100, 4.0f}, t.get()));
+    Q35_REQUIRE_OK(late.record(t.get()));
+    CHECK(y.data()[99] == 0.0f);  // queued on t
+  }
+  CHECK(y.data()[99] == 4.0f);
+  Q35_REQUIRE_OK(late.make_wait(s.get()));
+  Q35_REQUIRE_OK(late.query(done));
+  CHECK(done);
+  Q35_REQUIRE_OK(late.synchronize());
+
+  // a queued kernel's failure is reported by the next synchronization, once
+  auto out = test::poisoned<int>(64);
+  Q35_REQUIRE_OK(launch::launch<partial_barrier_kernel>({out.data()}, s.get()));
+  const status f = synchronize(s.get());
+  CHECK(f.code() == status_code::kernel_fault);
+  CHECK(f.message().find("partial_barrier_kernel") != std::string::npos);
+  Q35_REQUIRE_OK(synchronize(s.get()));
+
+  // a stream made with lazy_streams off (Q35_SIM_STREAMS=eager) runs its work when it is issued
+  o.lazy_streams = false;
+  sim::scoped_options eager_scope(o);
+  owned_stream eager;
+  Q35_REQUIRE_OK(eager.create());
+  Q35_REQUIRE_OK(launch::launch<fill_kernel>({y.data(), 10, 2.0f}, eager.get()));
+  CHECK(y.data()[9] == 2.0f);
 }
 #endif
 

@@ -66,6 +66,17 @@ TEST_CASE("sim options: orders, seeds and workers from the environment") {
     scoped_env e("Q35_SIM_FILL", v);
     CHECK(sim::detail::options_from_env().fill == b);
   }
+  {
+    const char* old = std::getenv("Q35_SIM_STREAMS");  // lazy by default
+    const std::string saved = old ? old : "";
+    unsetenv("Q35_SIM_STREAMS");
+    CHECK(sim::detail::options_from_env().lazy_streams);
+    if (old) setenv("Q35_SIM_STREAMS", saved.c_str(), 1);
+  }
+  for (const auto& [v, lazy] : {std::pair{"lazy", true}, {"eager", false}}) {
+    scoped_env e("Q35_SIM_STREAMS", v);
+    CHECK(sim::detail::options_from_env().lazy_streams == lazy);
+  }
 }
 
 TEST_CASE("sim options: bad values are errors that name the variable and the value") {
@@ -81,6 +92,8 @@ TEST_CASE("sim options: bad values are errors that name the variable and the val
   for (const char* v : {"256", "-1", "0x100", "0xg0", "ff", "", "0x"})
     CHECK(env_error("Q35_SIM_FILL", v) ==
           std::string("Q35_SIM_FILL='") + v + "': expected a byte (0..255 or 0x00..0xff) or none");
+  for (const char* v : {"", "Lazy", "sync"})
+    CHECK(env_error("Q35_SIM_STREAMS", v) == std::string("Q35_SIM_STREAMS='") + v + "': expected lazy or eager");
 }
 
 }  // namespace sim_test_options

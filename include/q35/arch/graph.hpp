@@ -3,12 +3,14 @@
 // stream's work that another stream or the host waits for, or polls), and launch_graph: a sequence of
 // launches recorded once and replayed (CUDA graphs). The sim records a graph too (sim_capture,
 // arch/memory.hpp): kernels with the parameters they had at capture, copies and fills by address, and
-// it refuses what would make a replayed graph differ from the same work issued again; its side
-// streams may lag (sim::options::side_stream_lag), so that a missing event shows in a test.
+// it refuses what would make a replayed graph differ from the same work issued again. Its streams run
+// their work lazily (sim::options::lazy_streams), and side streams may also answer event queries with
+// "not yet" (options::side_stream_lag), so that a missing wait shows in a test.
 #pragma once
 
 #include <algorithm>
 #include <functional>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -22,7 +24,7 @@
 namespace q35 {
 
 // work: a stream that runs kernels; side: one for copies that overlap another stream's work (on the
-// sim it lags when the options say so).
+// sim its events may answer "not yet" when the options say so).
 enum class stream_role { work, side };
 
 class owned_stream {
@@ -39,7 +41,14 @@ class owned_stream {
     return detail::cuda_status(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), "cudaStreamCreate");
 #else
     s_ = new sim_stream;
-    if (role == stream_role::side) s_->lag = std::max(sim::current_options().side_stream_lag, 0);
+    const sim::options& o = sim::current_options();
+    if (role == stream_role::side) s_->polls = std::max(o.side_stream_lag, 0);
+    s_->lazy = o.lazy_streams || s_->polls > 0;
+    if (s_->lazy) {
+      auto& r = detail::lazy_streams();
+      std::lock_guard<std::mutex> lock(r.m);
+      r.streams.push_back(s_);
+    }
     return status::success();
 #endif
   }
@@ -52,7 +61,14 @@ class owned_stream {
 #if Q35_BACKEND_CUDA
     if (s_) cudaStreamDestroy(s_);
 #else
-    if (s_) s_->run_all();
+    if (s_) {
+      if (s_->lazy) {
+        auto& r = detail::lazy_streams();
+        std::lock_guard<std::mutex> lock(r.m);
+        r.streams.erase(std::find(r.streams.begin(), r.streams.end(), s_));
+      }
+      s_->run_all();
+    }
     delete s_;
 #endif
     s_ = nullptr;
@@ -89,11 +105,11 @@ class owned_event {
 #else
     if (detail::active_capture())
       return detail::invalidate_capture("an event record (the sim's graphs have no event nodes)");
-    // only a lagging stream has work that is not complete yet
-    const bool lags = stream && stream->lag > 0;
-    s_ = lags ? stream : nullptr;
-    seq_ = lags ? stream->enqueued : 0;
-    polls_ = lags ? stream->lag : 0;
+    // only a lazy stream has work that is not complete yet
+    const bool lazy = stream && stream->lazy;
+    s_ = lazy ? stream->handle : nullptr;
+    seq_ = lazy ? stream->enqueued : 0;
+    polls_ = lazy ? stream->polls : 0;
     return status::success();
 #endif
   }
@@ -104,13 +120,15 @@ class owned_event {
 #else
     if (detail::active_capture())
       return detail::invalidate_capture("an event wait (the sim's graphs have no event nodes)");
-    if (!s_) return status::success();
-    sim_stream* s = s_;
+    if (!s_ || !*s_) return status::success();
+    const std::shared_ptr<sim_stream*> h = s_;
     const uint64_t n = seq_;
-    if (stream && stream->lag > 0)
-      stream->submit([s, n] { s->run_to(n); });
-    else
-      s->run_to(n);  // the sim runs the waiting stream's next work at once: the recorded work goes first
+    if (stream && stream->lazy)
+      return stream->submit([h, n] {
+        if (*h) (*h)->run_to(n);
+        return status::success();
+      });
+    (*h)->run_to(n);  // the waiting stream runs its next work at once: the recorded work goes first
     return status::success();
 #endif
   }
@@ -125,12 +143,12 @@ class owned_event {
     }
     return detail::cuda_status(rc, "cudaEventQuery", status_code::kernel_fault);
 #else
-    done = !s_ || s_->completed >= seq_;
+    done = !s_ || !*s_ || (*s_)->completed >= seq_;
     if (!done && polls_ > 0) {
       --polls_;
       return status::success();
     }
-    if (!done) s_->run_to(seq_);
+    if (!done) (*s_)->run_to(seq_);
     done = true;
     return status::success();
 #endif
@@ -140,7 +158,7 @@ class owned_event {
     if (!e_) return status::success();
     return detail::cuda_status(cudaEventSynchronize(e_), "cudaEventSynchronize", status_code::kernel_fault);
 #else
-    if (s_) s_->run_to(seq_);
+    if (s_ && *s_) (*s_)->run_to(seq_);
     return status::success();
 #endif
   }
@@ -157,9 +175,9 @@ class owned_event {
 #if Q35_BACKEND_CUDA
   cudaEvent_t e_ = nullptr;
 #else
-  sim_stream* s_ = nullptr;  // the lagging stream it was recorded on, or null: complete
-  uint64_t seq_ = 0;         // that stream's operations before it
-  int polls_ = 0;            // queries left that report "not yet"
+  std::shared_ptr<sim_stream*> s_;  // the lazy stream it was recorded on (null once it ended), or null: complete
+  uint64_t seq_ = 0;                // that stream's operations before it
+  int polls_ = 0;                   // queries left that report "not yet"
 #endif
 };
 
@@ -223,8 +241,7 @@ class launch_graph {
 #if Q35_BACKEND_CUDA
     return detail::cuda_status(cudaGraphLaunch(exec_, stream), "cudaGraphLaunch");
 #else
-    if (stream) stream->run_all();
-    for (const auto& op : ops_) Q35_TRY(op());
+    for (const auto& op : ops_) Q35_TRY(stream ? stream->submit(op) : op());
     return status::success();
 #endif
   }

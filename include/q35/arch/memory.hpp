@@ -9,6 +9,9 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,27 +44,39 @@ inline status cuda_status(cudaError_t e, const char* what, status_code code = st
 }
 }  // namespace detail
 #else
-// The sim runs every launch to completion before returning; the null stream is nothing more. A stream
-// made by owned_stream is a sim_stream, whose work also runs at once, unless it is a side stream made
-// while the sim's options::side_stream_lag is set: then its copies and fills are queued and run only
-// when someone has to see them (synchronize, an event on it that is waited for or queried `lag` times,
-// a launch on it). That is the latest a GPU could run them, so a test sees what a user of the stream
-// reads if it forgets to wait for it through an event (arch/graph.hpp).
+// The sim runs work on the null stream to completion before the call returns. A stream made by
+// owned_stream is a sim_stream: a lazy one (sim::options::lazy_streams, the default, or a side stream
+// made while options::side_stream_lag is set) queues its launches, copies and fills and runs them only
+// when someone has to see them: synchronize, an event on it that is waited for or queried (a side
+// stream answers "not yet" to `polls` queries first), a free, the stream's end. That is the latest a GPU
+// could run them, so a test sees what a host reads, or overwrites, if it does not wait for the stream
+// (arch/graph.hpp). A queued operation that fails is reported by the next synchronize, as a kernel fault
+// is on CUDA.
 struct sim_capture;
 struct sim_stream {
-  int lag = 0;  // 0: runs work at once; else event queries on it report "not yet" `lag` times
+  bool lazy = false;  // queue work until it must be seen (else run it when issued)
+  int polls = 0;      // event queries on a lazy stream that report "not yet" before its work runs
   std::deque<std::function<void()> > queued;
   uint64_t enqueued = 0, completed = 0;  // operations queued and run, since the stream was made
   sim_capture* capture = nullptr;        // the graph being recorded from this stream (arch/graph.hpp)
+  status fault;                          // the first queued operation that failed, until synchronize
+  // What an event or another stream's wait holds on to: null once the stream has ended (its work has
+  // all run then), as a CUDA event recorded on a destroyed stream simply completes.
+  std::shared_ptr<sim_stream*> handle = std::make_shared<sim_stream*>(this);
 
-  // Runs f now, or queues it on a lagging stream.
-  void submit(std::function<void()> f) {
-    if (lag == 0) {
-      f();
-      return;
-    }
-    queued.push_back(std::move(f));
+  sim_stream() = default;
+  sim_stream(const sim_stream&) = delete;
+  sim_stream& operator=(const sim_stream&) = delete;
+  ~sim_stream() { *handle = nullptr; }
+
+  // Runs f now (its status), or queues it on a lazy stream.
+  status submit(std::function<status()> f) {
+    if (!lazy) return f();
+    queued.push_back([this, f = std::move(f)] {
+      if (status s = f(); !s.ok() && fault.ok()) fault = std::move(s);
+    });
     ++enqueued;
+    return status::success();
   }
   // Runs the queued operations up to the n-th.
   void run_to(uint64_t n) {
@@ -73,8 +88,47 @@ struct sim_stream {
     }
   }
   void run_all() { run_to(enqueued); }
+  // The first failure of the work run so far (cleared).
+  status take_fault() { return std::exchange(fault, status::success()); }
 };
 using stream_t = sim_stream*;
+
+namespace detail {
+// The lazy streams that exist (a free runs their work first, as cudaFree waits for the device).
+struct sim_stream_registry {
+  std::mutex m;
+  std::vector<sim_stream*> streams;
+};
+inline sim_stream_registry& lazy_streams() {
+  static sim_stream_registry r;
+  return r;
+}
+inline void run_lazy_streams() {
+  sim_stream_registry& r = lazy_streams();
+  std::lock_guard<std::mutex> lock(r.m);
+  for (sim_stream* s : r.streams) s->run_all();
+}
+
+// The pinned allocations (host_pinned_alloc): a copy on a stream to or from other host memory is
+// pageable, which CUDA does not copy asynchronously.
+struct pinned_ranges {
+  std::mutex m;
+  std::map<uintptr_t, size_t> ranges;  // start -> bytes
+};
+inline pinned_ranges& pinned() {
+  static pinned_ranges p;
+  return p;
+}
+inline bool is_pinned(const void* ptr, size_t bytes) {
+  pinned_ranges& p = pinned();
+  std::lock_guard<std::mutex> lock(p.m);
+  const uintptr_t a = reinterpret_cast<uintptr_t>(ptr);
+  auto it = p.ranges.upper_bound(a);
+  if (it == p.ranges.begin()) return false;
+  --it;
+  return a - it->first <= it->second && bytes <= it->second - (a - it->first);
+}
+}  // namespace detail
 
 // A CUDA graph as the sim records it (launch_graph::capture, arch/graph.hpp): while `stream` is being
 // captured, what is issued on it is recorded, not run: kernels with their parameters as they were at
@@ -113,6 +167,17 @@ inline status check_capture(stream_t stream, const char* what, bool& record) {
   if (record || !active_capture()) return status::success();
   return invalidate_capture(std::string(what) + (stream ? " on another stream" : " on the null stream"));
 }
+// Issues `op` (`what`, for messages) on `stream`: into the graph being captured from it, queued on a
+// lazy stream, or run now.
+inline status issue(stream_t stream, const char* what, std::function<status()> op) {
+  bool record = false;
+  Q35_TRY(check_capture(stream, what, record));
+  if (record) {
+    stream->capture->ops.push_back(std::move(op));
+    return status::success();
+  }
+  return stream ? stream->submit(std::move(op)) : op();
+}
 }  // namespace detail
 #endif
 
@@ -142,6 +207,7 @@ inline void device_free(void* ptr) {
   cudaFree(ptr);
 #else
   if (detail::active_capture()) (void)detail::invalidate_capture("device_free (cudaFree)");
+  detail::run_lazy_streams();  // no queued work may still use it
   sim::unregister_allocation(ptr);
   std::free(ptr);
 #endif
@@ -158,23 +224,34 @@ inline status copy(void* dst, const void* src, size_t bytes, copy_kind kind, str
                                                                : cudaMemcpyDeviceToDevice;
   return detail::cuda_status(cudaMemcpyAsync(dst, src, bytes, k, stream), "cudaMemcpyAsync");
 #else
-  (void)stream;
   auto& n = kind == copy_kind::host_to_device   ? sim::counters().h2d_copies
             : kind == copy_kind::device_to_host ? sim::counters().d2h_copies
                                                 : sim::counters().d2d_copies;
   ++n;
-  bool record = false;
-  Q35_TRY(detail::check_capture(stream, "a copy", record));
-  if (record)
-    stream->capture->ops.push_back([=] {
-      std::memmove(dst, src, bytes);
+  // Pageable host memory (not from host_pinned_alloc), as cudaMemcpyAsync treats it: the bytes to
+  // upload are staged before the call returns (a later change of the source does not reach the
+  // device), and a download returns only once the copy, after the stream's earlier work, is done.
+  const bool pageable_src = stream && kind == copy_kind::host_to_device && !detail::is_pinned(src, bytes);
+  const bool pageable_dst = stream && kind == copy_kind::device_to_host && !detail::is_pinned(dst, bytes);
+  if ((pageable_src || pageable_dst) && detail::active_capture())
+    return detail::invalidate_capture("a copy from or to pageable host memory");
+  if (pageable_src) {
+    auto staged = std::make_shared<std::vector<unsigned char> >(static_cast<const unsigned char*>(src),
+                                                                static_cast<const unsigned char*>(src) + bytes);
+    return detail::issue(stream, "a copy", [dst, staged] {
+      std::memcpy(dst, staged->data(), staged->size());
       return status::success();
     });
-  else if (stream)
-    stream->submit([=] { std::memmove(dst, src, bytes); });
-  else
+  }
+  if (pageable_dst) {
+    stream->run_all();
     std::memmove(dst, src, bytes);
-  return status::success();
+    return status::success();
+  }
+  return detail::issue(stream, "a copy", [=] {
+    std::memmove(dst, src, bytes);
+    return status::success();
+  });
 #endif
 }
 
@@ -185,18 +262,10 @@ inline status fill_bytes(void* dst, int byte, size_t bytes, stream_t stream = nu
   return detail::cuda_status(cudaMemsetAsync(dst, byte, bytes, stream), "cudaMemsetAsync");
 #else
   ++sim::counters().fills;
-  bool record = false;
-  Q35_TRY(detail::check_capture(stream, "a fill", record));
-  if (record)
-    stream->capture->ops.push_back([=] {
-      std::memset(dst, byte, bytes);
-      return status::success();
-    });
-  else if (stream)
-    stream->submit([=] { std::memset(dst, byte, bytes); });
-  else
+  return detail::issue(stream, "a fill", [=] {
     std::memset(dst, byte, bytes);
-  return status::success();
+    return status::success();
+  });
 #endif
 }
 
@@ -207,8 +276,9 @@ inline status synchronize(stream_t stream = nullptr) {
 #else
   ++sim::counters().synchronizations;
   if (detail::active_capture()) return detail::invalidate_capture("synchronize (cudaStreamSynchronize)");
-  if (stream) stream->run_all();
-  return status::success();
+  if (!stream) return status::success();
+  stream->run_all();
+  return stream->take_fault();
 #endif
 }
 
@@ -311,6 +381,8 @@ inline status host_pinned_alloc(void** ptr, size_t bytes) {
   if (!*ptr)
     return error(status_code::out_of_memory, "sim: cannot allocate " + std::to_string(bytes) + " pinned bytes");
   sim::fill_unwritten(*ptr, bytes);
+  std::lock_guard<std::mutex> lock(detail::pinned().m);
+  detail::pinned().ranges[reinterpret_cast<uintptr_t>(*ptr)] = bytes;
   return status::success();
 #endif
 }
@@ -321,6 +393,11 @@ inline void host_pinned_free(void* ptr) {
   cudaFreeHost(ptr);
 #else
   if (detail::active_capture()) (void)detail::invalidate_capture("host_pinned_free (cudaFreeHost)");
+  detail::run_lazy_streams();  // no queued copy may still read or write it
+  {
+    std::lock_guard<std::mutex> lock(detail::pinned().m);
+    detail::pinned().ranges.erase(reinterpret_cast<uintptr_t>(ptr));
+  }
   std::free(ptr);
 #endif
 }

@@ -218,18 +218,12 @@ status launch(const typename K::params& p, stream_t stream = nullptr) {
                                                  " bytes of shared memory exceed the " +
                                                  std::to_string(sim_max_shared_bytes) + "-byte limit");
   ++sim::counters().launches;  // sim/api_counters.hpp: host calls a test can count
-  bool record = false;
-  Q35_TRY(q35::detail::check_capture(stream, "a kernel launch", record));
-  if (record) {
-    // into the graph, with a copy of the parameters as they are now (cudaLaunchKernel copies them into
-    // the kernel node): a replay runs the kernel on them, whatever the caller's variables hold by then
-    auto params = std::make_shared<const typename K::params>(p);
-    stream->capture->ops.push_back(
-        [params, grid, block, smem] { return detail::sim_run<K>(grid, block, smem, *params); });
-    return status::success();
-  }
-  if (stream) stream->run_all();  // the stream's queued copies come first (a lagging side stream)
-  return detail::sim_run<K>(grid, block, smem, p);
+  // Run now, queued on a lazy stream or recorded into a graph, with a copy of the parameters as they
+  // are now (cudaLaunchKernel copies them): whatever the caller's variables hold later does not reach
+  // the kernel. A queued kernel's failure is reported by the stream's next synchronize.
+  auto params = std::make_shared<const typename K::params>(p);
+  return q35::detail::issue(stream, "a kernel launch",
+                            [params, grid, block, smem] { return detail::sim_run<K>(grid, block, smem, *params); });
 #endif
 }
 

@@ -4,6 +4,7 @@
 //   Q35_SIM_ORDER   = forward | reverse | shuffled[:SEED]   (default forward)
 //   Q35_SIM_WORKERS = number of OS threads that run blocks   (default 1)
 //   Q35_SIM_FILL    = 0..255 or 0x00..0xff, or none          (default 0xff)
+//   Q35_SIM_STREAMS = lazy | eager                           (default lazy)
 // Tests change them in a scope with scoped_options.
 #pragma once
 
@@ -37,6 +38,12 @@ struct options {
   // on one reports "not yet" to this many queries before its work runs (arch/memory.hpp, sim_stream):
   // exposes a user of a side stream that reads its results without waiting for them.
   int side_stream_lag = 0;
+  // Streams made while this is set (owned_stream, arch/graph.hpp) queue every launch, copy and fill and
+  // run them only when the host must see them: a synchronization, an event on the stream that is waited
+  // for or queried, a free (cudaFree waits for the device), the stream's end. That is as late as a GPU
+  // may run them, so a host that reads a result, or rewrites a pinned buffer a pending copy reads,
+  // without waiting sees what it would see on a GPU. Off (eager): the work runs when it is issued.
+  bool lazy_streams = true;
   // The byte written into memory nobody has written yet, as CUDA leaves it undefined: each block's
   // shared memory, every device and pinned allocation. A read before a write then shows up (0xff is
   // NaN in f32, f16 and bf16, -1 in signed integers, an id out of range); another byte gives other
@@ -100,6 +107,11 @@ inline options options_from_env() {
     } else {
       o.fill = b;
     }
+  }
+  if (const char* s = std::getenv("Q35_SIM_STREAMS")) {
+    const std::string v(s);
+    if (v != "lazy" && v != "eager") throw std::invalid_argument("Q35_SIM_STREAMS='" + v + "': expected lazy or eager");
+    o.lazy_streams = v == "lazy";
   }
   return o;
 }
