@@ -265,6 +265,8 @@ TEST_CASE("sim graphs: work outside the captured stream invalidates the capture,
        },
        "host_pinned_alloc"},
       {"replay", [&] { return inner.replay(stream.get()); }, "a graph replay"},
+      {"pageable copy", [&] { return copy(y.data(), host, 16, copy_kind::host_to_device, stream.get()); },
+       "a copy from or to pageable host memory"},
   };
   for (const attempt& a : attempts) {
     CAPTURE(a.name);
@@ -279,6 +281,19 @@ TEST_CASE("sim graphs: work outside the captured stream invalidates the capture,
     CHECK(inside.message().find(a.message) != std::string::npos);
     CHECK_FALSE(g.ready());
     CHECK(s.message().find(a.message) != std::string::npos);
+  }
+  // a free cannot report an error itself: the capture does
+  {
+    device_buffer<float> freed;
+    Q35_REQUIRE_OK(freed.allocate(4));
+    launch_graph g;
+    const status s = g.capture(stream.get(), [&] {
+      freed = device_buffer<float>();
+      return status::success();
+    });
+    CHECK(freed.data() == nullptr);
+    CHECK_FALSE(g.ready());
+    CHECK(s.message().find("device_free (cudaFree)") != std::string::npos);
   }
   // a failing record() is reported as itself; a nested capture is refused
   launch_graph g;

@@ -138,9 +138,10 @@ inline bool is_pinned(const void* ptr, size_t bytes) {
 // cudaStreamEndCapture reports cudaErrorStreamCaptureInvalidated.
 //   - allocating or freeing device or pinned memory (cudaMalloc, cudaFree, cudaMallocHost, ...);
 //   - synchronizing any stream;
-//   - a launch, copy or fill on another stream or the null stream, and an event recorded on or waited
-//     for by the captured stream (CUDA would accept some of these: the sim is stricter, since work
-//     outside the graph runs once, at capture, which in a replayed step is a bug).
+//   - a launch, copy or fill on another stream or the null stream, a copy from or to pageable host
+//     memory (its bytes would be staged once), an event recorded or waited for, and a graph replay
+//     (CUDA would accept some of these: the sim is stricter, since work outside the graph runs once,
+//     at capture, which in a replayed step is a bug).
 struct sim_capture {
   sim_stream* stream = nullptr;
   std::vector<std::function<status()> > ops;
