@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -45,9 +46,8 @@ class owned_stream {
     if (role == stream_role::side) s_->polls = std::max(o.side_stream_lag, 0);
     s_->lazy = o.lazy_streams || s_->polls > 0;
     if (s_->lazy) {
-      auto& r = detail::lazy_streams();
-      std::lock_guard<std::mutex> lock(r.m);
-      r.streams.push_back(s_);
+      std::lock_guard<std::recursive_mutex> lock(detail::sim_streams_lock());
+      detail::lazy_streams().push_back(s_);
     }
     return status::success();
 #endif
@@ -63,9 +63,9 @@ class owned_stream {
 #else
     if (s_) {
       if (s_->lazy) {
-        auto& r = detail::lazy_streams();
-        std::lock_guard<std::mutex> lock(r.m);
-        r.streams.erase(std::find(r.streams.begin(), r.streams.end(), s_));
+        std::lock_guard<std::recursive_mutex> lock(detail::sim_streams_lock());
+        std::vector<sim_stream*>& r = detail::lazy_streams();
+        r.erase(std::find(r.begin(), r.end(), s_));
       }
       s_->run_all();
     }
@@ -106,6 +106,7 @@ class owned_event {
     if (detail::active_capture())
       return detail::invalidate_capture("an event record (the sim's graphs have no event nodes)");
     // only a lazy stream has work that is not complete yet
+    std::lock_guard<std::recursive_mutex> lock(detail::sim_streams_lock());
     const bool lazy = stream && stream->lazy;
     s_ = lazy ? stream->handle : nullptr;
     seq_ = lazy ? stream->enqueued : 0;
@@ -120,11 +121,12 @@ class owned_event {
 #else
     if (detail::active_capture())
       return detail::invalidate_capture("an event wait (the sim's graphs have no event nodes)");
+    std::lock_guard<std::recursive_mutex> lock(detail::sim_streams_lock());
     if (!s_ || !*s_) return status::success();
     const std::shared_ptr<sim_stream*> h = s_;
     const uint64_t n = seq_;
     if (stream && stream->lazy)
-      return stream->submit([h, n] {
+      return stream->submit([h, n] {  // runs under the lock (run_to)
         if (*h) (*h)->run_to(n);
         return status::success();
       });
@@ -143,6 +145,7 @@ class owned_event {
     }
     return detail::cuda_status(rc, "cudaEventQuery", status_code::kernel_fault);
 #else
+    std::lock_guard<std::recursive_mutex> lock(detail::sim_streams_lock());
     done = !s_ || !*s_ || (*s_)->completed >= seq_;
     if (!done && polls_ > 0) {
       --polls_;
@@ -158,6 +161,7 @@ class owned_event {
     if (!e_) return status::success();
     return detail::cuda_status(cudaEventSynchronize(e_), "cudaEventSynchronize", status_code::kernel_fault);
 #else
+    std::lock_guard<std::recursive_mutex> lock(detail::sim_streams_lock());
     if (s_ && *s_) (*s_)->run_to(seq_);
     return status::success();
 #endif

@@ -52,7 +52,19 @@ inline status cuda_status(cudaError_t e, const char* what, status_code code = st
 // could run them, so a test sees what a host reads, or overwrites, if it does not wait for the stream
 // (arch/graph.hpp). A queued operation that fails is reported by the next synchronize, as a kernel fault
 // is on CUDA.
+//
+// Host threads may share the streams, as CUDA's: a free runs every lazy stream's work on the freeing
+// thread while the streams' owners queue more. One lock (detail::sim_streams_lock) guards every lazy
+// stream's queue, counters and fault, the registry of lazy streams, and the events' view of them; it is
+// held while queued work runs, so a stream's work runs on one thread at a time, in order. It is
+// recursive because work may wait for another stream's (an event wait runs that stream's queue).
 struct sim_capture;
+namespace detail {
+inline std::recursive_mutex& sim_streams_lock() {
+  static std::recursive_mutex m;
+  return m;
+}
+}  // namespace detail
 struct sim_stream {
   bool lazy = false;  // queue work until it must be seen (else run it when issued)
   int polls = 0;      // event queries on a lazy stream that report "not yet" before its work runs
@@ -67,11 +79,15 @@ struct sim_stream {
   sim_stream() = default;
   sim_stream(const sim_stream&) = delete;
   sim_stream& operator=(const sim_stream&) = delete;
-  ~sim_stream() { *handle = nullptr; }
+  ~sim_stream() {
+    std::lock_guard<std::recursive_mutex> lock(detail::sim_streams_lock());
+    *handle = nullptr;
+  }
 
   // Runs f now (its status), or queues it on a lazy stream.
   status submit(std::function<status()> f) {
     if (!lazy) return f();
+    std::lock_guard<std::recursive_mutex> lock(detail::sim_streams_lock());
     queued.push_back([this, f = std::move(f)] {
       if (status s = f(); !s.ok() && fault.ok()) fault = std::move(s);
     });
@@ -80,6 +96,7 @@ struct sim_stream {
   }
   // Runs the queued operations up to the n-th.
   void run_to(uint64_t n) {
+    std::lock_guard<std::recursive_mutex> lock(detail::sim_streams_lock());
     while (completed < n && !queued.empty()) {
       std::function<void()> f = std::move(queued.front());
       queued.pop_front();
@@ -89,24 +106,23 @@ struct sim_stream {
   }
   void run_all() { run_to(enqueued); }
   // The first failure of the work run so far (cleared).
-  status take_fault() { return std::exchange(fault, status::success()); }
+  status take_fault() {
+    std::lock_guard<std::recursive_mutex> lock(detail::sim_streams_lock());
+    return std::exchange(fault, status::success());
+  }
 };
 using stream_t = sim_stream*;
 
 namespace detail {
-// The lazy streams that exist (a free runs their work first, as cudaFree waits for the device).
-struct sim_stream_registry {
-  std::mutex m;
-  std::vector<sim_stream*> streams;
-};
-inline sim_stream_registry& lazy_streams() {
-  static sim_stream_registry r;
-  return r;
+// The lazy streams that exist (a free runs their work first, as cudaFree waits for the device);
+// guarded by sim_streams_lock.
+inline std::vector<sim_stream*>& lazy_streams() {
+  static std::vector<sim_stream*> streams;
+  return streams;
 }
 inline void run_lazy_streams() {
-  sim_stream_registry& r = lazy_streams();
-  std::lock_guard<std::mutex> lock(r.m);
-  for (sim_stream* s : r.streams) s->run_all();
+  std::lock_guard<std::recursive_mutex> lock(sim_streams_lock());
+  for (sim_stream* s : lazy_streams()) s->run_all();
 }
 
 // The pinned allocations (host_pinned_alloc): a copy on a stream to or from other host memory is
