@@ -62,7 +62,7 @@ class block_runner {
       t.tid = dim3(unsigned(r % int(bd.x)), unsigned(r / int(bd.x) % int(bd.y)), unsigned(r / (int(bd.x) * int(bd.y))));
       b.warps[size_t(r / 32)].existing |= 1u << (r % 32);
       t.self =
-          boost::context::fiber(std::allocator_arg, pooled_stack{&pool_},
+          boost::context::fiber(std::allocator_arg, pooled_stack{&pool_, &t.stack},
                                 [this, &b, &t](boost::context::fiber&& sink) { return entry(b, t, std::move(sink)); });
       race::drop_fiber_entry_frame();
     }
@@ -72,7 +72,7 @@ class block_runner {
         if (!t.self) continue;
         void* scheduler = race::current_fiber();
         race::switch_to_thread(t.race_fiber, false);
-        t.self = {};  // unwinds the suspended fiber
+        unwind(t);  // unwinds the suspended fiber
         race::switch_to_scheduler(scheduler);
       }
     }
@@ -80,10 +80,27 @@ class block_runner {
   }
 
  private:
+  // Resumes t's fiber, or unwinds it, announced to AddressSanitizer (asan_fiber.hpp). Inlined, so
+  // that ThreadSanitizer builds see the same frames between their switch annotations as before.
+  [[gnu::always_inline]] static void resume(thread_state& t) {
+    void* fake = nullptr;
+    asan::start_switch(&fake, asan::bounds_of(t.stack));
+    t.self = std::move(t.self).resume();
+    asan::finish_switch(fake);
+  }
+  [[gnu::always_inline]] static void unwind(thread_state& t) {
+    void* fake = nullptr;
+    asan::start_switch(&fake, asan::bounds_of(t.stack));
+    t.self = {};
+    asan::finish_switch(fake);
+  }
+
   boost::context::fiber entry(block_state& b, thread_state& t, boost::context::fiber&& sink) {
+    asan::finish_switch(nullptr, &t.scheduler_stack);  // the fiber's first arrival
     t.scheduler = std::move(sink);
-    if constexpr (race::enabled) {
-      if (t.race_fiber->ignoring) race::ignore_end(), t.race_fiber->ignoring = false;  // (the fiber's last thread)
+    if constexpr (race::enabled || asan::enabled) {
+      if constexpr (race::enabled)
+        if (t.race_fiber->ignoring) race::ignore_end(), t.race_fiber->ignoring = false;  // (the fiber's last thread)
       yield_to_scheduler(t);  // started by schedule(), before any kernel code
     }
     try {
@@ -104,6 +121,7 @@ class block_runner {
     // From here to the scheduler's annotation the code is the scheduler's, seen as this fiber's
     // (race_check.hpp); the next thread to run on the fiber ends the ignore.
     if constexpr (race::enabled) race::ignore_begin(), t.race_fiber->ignoring = true;
+    asan::start_switch(nullptr, t.scheduler_stack);  // the fiber ends
     return std::move(t.scheduler);
   }
 
@@ -135,14 +153,15 @@ class block_runner {
     make_order(order, n, linear, phase);
     tls_block = &b;
     void* const scheduler = race::current_fiber();
-    if constexpr (race::enabled) {
+    if constexpr (race::enabled || asan::enabled) {
       // Start every fiber, synchronized with the scheduler: what the host and the scheduler wrote
       // before the block happens before each thread. Later switches into a fiber do not synchronize
-      // (race_check.hpp), so nothing one thread does reaches another through the scheduler.
+      // (race_check.hpp), so nothing one thread does reaches another through the scheduler. (ASan:
+      // so that every fiber the block's end unwinds has arrived once, asan_fiber.hpp.)
       for (auto& t : b.threads) {
         tls_thread = &t;
         race::switch_to_thread(t.race_fiber, true);
-        t.self = std::move(t.self).resume();
+        resume(t);
         race::switch_to_scheduler(scheduler);
       }
     }
@@ -163,7 +182,7 @@ class block_runner {
             progress = again = true;
             tls_thread = &t;
             race::switch_to_thread(t.race_fiber, false);
-            t.self = std::move(t.self).resume();
+            resume(t);
             race::switch_to_scheduler(scheduler);
             if (!b.error.empty()) break;
           }

@@ -9,32 +9,10 @@
 #include <new>
 #include <vector>
 
+#include "q35/sim/asan_fiber.hpp"
 #include "q35/sim/race_check.hpp"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define Q35_SIM_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define Q35_SIM_ASAN 1
-#endif
-#endif
-#if defined(Q35_SIM_ASAN)
-#include <sanitizer/asan_interface.h>
-#endif
-
 namespace q35::sim::detail {
-
-// Under AddressSanitizer: marks [p, p + n) addressable again. A fiber's frames leave ASan's poison
-// (redzones, and frames a forced unwind left without their epilogue) in the shadow of its stack;
-// a reused stack, or memory the kernel maps later where a pool was, would otherwise read as a stack
-// overflow. A no-op in other builds.
-inline void unpoison_stack(void* p, size_t n) {
-#if defined(Q35_SIM_ASAN)
-  ASAN_UNPOISON_MEMORY_REGION(p, n);
-#else
-  (void)p, (void)n;
-#endif
-}
 
 class stack_pool {
  public:
@@ -54,7 +32,7 @@ class stack_pool {
     capacity_ = n_stacks;
   }
   ~stack_pool() {
-    unpoison_stack(base_, bytes_);
+    asan::unpoison(base_, bytes_);
     munmap(base_, bytes_);
   }
   stack_pool(const stack_pool&) = delete;
@@ -74,7 +52,7 @@ class stack_pool {
   // (called as a fiber ends, still on that fiber as ThreadSanitizer sees it: race_check.hpp)
   void push(boost::context::stack_context& sc) noexcept {
     race::ignore_scope sim_bookkeeping;
-    unpoison_stack(static_cast<char*>(sc.sp) - sc.size, sc.size);
+    asan::unpoison(static_cast<char*>(sc.sp) - sc.size, sc.size);
     free_.push_back(static_cast<char*>(sc.sp));
   }
 
@@ -84,10 +62,16 @@ class stack_pool {
   std::vector<char*> free_;
 };
 
-// The StackAllocator boost::context::fiber takes: a handle on a pool.
+// The StackAllocator boost::context::fiber takes: a handle on a pool; `taken`, when set, receives the
+// stack it hands out (the fiber's bounds, for AddressSanitizer: asan_fiber.hpp).
 struct pooled_stack {
   stack_pool* pool;
-  boost::context::stack_context allocate() { return pool->pop(); }
+  boost::context::stack_context* taken = nullptr;
+  boost::context::stack_context allocate() {
+    boost::context::stack_context sc = pool->pop();
+    if (taken) *taken = sc;
+    return sc;
+  }
   void deallocate(boost::context::stack_context& sc) noexcept { pool->push(sc); }
 };
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "q35/core/dim3.hpp"
+#include "q35/sim/asan_fiber.hpp"
 #include "q35/sim/race_check.hpp"
 
 namespace q35::sim {
@@ -58,7 +59,12 @@ struct thread_state {
   int arg = 0;
   uint64_t result = 0;
   race::fiber_slot* race_fiber = nullptr;  // its TSan fiber (race_check.hpp; null in other builds)
-  uint32_t barriers = 0;                   // sync_block() calls passed: picks block_state::barrier_sync
+  // AddressSanitizer builds (asan_fiber.hpp): the fiber's stack, the scheduler's (learned when the
+  // fiber arrives), and the fiber's fake stack while it is switched out
+  boost::context::stack_context stack;
+  asan::stack_bounds scheduler_stack;
+  void* asan_fake = nullptr;
+  uint32_t barriers = 0;  // sync_block() calls passed: picks block_state::barrier_sync
 };
 
 // One group of lanes waiting in the same collective (same mask).
@@ -115,7 +121,21 @@ inline thread_state& current_thread() {
 // Suspends the running fiber and returns to the block scheduler.
 inline void yield_to_scheduler(thread_state& t) {
   race::ignore_scope sim_bookkeeping;  // (race_check.hpp)
-  t.scheduler = std::move(t.scheduler).resume();
+  if constexpr (!asan::enabled) {
+    t.scheduler = std::move(t.scheduler).resume();
+  } else {
+    asan::start_switch(&t.asan_fake, t.scheduler_stack);
+    try {
+      t.scheduler = std::move(t.scheduler).resume();
+    } catch (const boost::context::detail::forced_unwind&) {
+      // the block is over and the scheduler unwinds this fiber: it has arrived, and it ends when the
+      // unwind leaves it (boost jumps back to the scheduler)
+      asan::finish_switch(t.asan_fake, &t.scheduler_stack);
+      asan::start_switch(nullptr, t.scheduler_stack);
+      throw;
+    }
+    asan::finish_switch(t.asan_fake, &t.scheduler_stack);
+  }
 }
 
 [[noreturn]] inline void fail(const std::string& what) {
