@@ -91,10 +91,12 @@ if [ -n "${Q35_SAN_CASE_LIMIT:-}" ]; then
         result="timeout (no report in ${Q35_SAN_CASE_LIMIT} s)"
       elif [ $rc -ne 0 ]; then
         result=FAILED bad=1
+      elif ! grep -Eq '^\[doctest\] test cases: *[1-9][0-9]* *\| *[1-9]' "$log"; then
+        result="FAILED (the filter selected no case)" bad=1  # doctest exits 0 when nothing matches
       else
         result=ok
       fi
-      [ "$result" = REPORT ] || [ "$result" = FAILED ] || rm -f "$log"
+      [ "$result" = REPORT ] || [ "${result%% *}" = FAILED ] || rm -f "$log"
       printf '%s\t%4d s\t%s\t%s\n' "$target" $(($(date +%s) - t0)) "$result" "$name"
     done
   done
