@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "fill_kernel.hpp"
 #include "q35/arch/graph.hpp"
 #include "q35/arch/thread.hpp"
 #include "q35/launch/launch.hpp"
@@ -95,21 +96,7 @@ struct too_many_threads {
 };
 
 // The kernel contract concept rejects incomplete functors (checked when this file compiles).
-// y[i] = v for i < n: the innocent launch after a failure.
-struct fill_kernel {
-  struct params {
-    float* y;  // [n]
-    int n;
-    float v;
-  };
-  struct shared_storage {};
-  static constexpr int threads = 64;
-  static dim3 grid(const params& p) { return dim3(unsigned((p.n + threads - 1) / threads)); }
-  Q35_DEVICE void operator()(const params& p, shared_storage&) const {
-    const int i = int(arch::block_idx().x) * threads + arch::thread_rank();
-    if (i < p.n) p.y[i] = p.v;
-  }
-};
+using launch_test::fill_kernel;  // the innocent launch after a failure
 
 // A launch after `failed` (a status that must not be ok) succeeds and writes its values.
 void check_next_launch_is_clean(const status& failed, stream_t stream = nullptr) {

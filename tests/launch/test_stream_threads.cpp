@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "fill_kernel.hpp"
 #include "q35/arch/graph.hpp"
-#include "q35/arch/thread.hpp"
 #include "q35/launch/launch.hpp"
 #include "test_util.hpp"
 
@@ -19,20 +19,7 @@ namespace launch_test_stream_threads {
 
 using namespace q35;
 
-struct set_kernel {
-  struct params {
-    float* y;
-    int n;
-    float value;
-  };
-  struct shared_storage {};
-  static constexpr int threads = 64;
-  static dim3 grid(const params& p) { return dim3(unsigned((p.n + threads - 1) / threads)); }
-  Q35_DEVICE void operator()(const params& p, shared_storage&) const {
-    const int i = int(arch::block_idx().x) * threads + arch::thread_rank();
-    if (i < p.n) p.y[i] = p.value;
-  }
-};
+using launch_test::fill_kernel;
 
 // One owner thread's work: per round, a fill, a kernel, a device-to-device copy and a download into
 // pinned memory on its stream, then a wait (an event or the stream), then the values. Returns what
@@ -49,13 +36,17 @@ std::string owner_rounds(int id, int rounds) {
   owned_event done;
   for (int r = 0; r < rounds; ++r) {
     const float value = float(id * 1000 + r);
-    status st = fill_bytes(a.data(), 0, n * sizeof(float), s.get());
-    if (st.ok()) st = launch::launch<set_kernel>({a.data(), n - 1, value}, s.get());
-    if (st.ok()) st = copy(b.data(), a.data(), n * sizeof(float), copy_kind::device_to_device, s.get());
-    if (st.ok()) st = copy(host.data(), b.data(), n * sizeof(float), copy_kind::device_to_host, s.get());
-    if (st.ok() && r % 2 == 0) st = done.record(s.get());
-    if (st.ok()) st = r % 2 == 0 ? done.synchronize() : synchronize(s.get());
-    if (!st.ok()) return "owner " + std::to_string(id) + ", round " + std::to_string(r) + ": " + st.message();
+    const auto issue_and_wait = [&]() -> status {
+      Q35_TRY(fill_bytes(a.data(), 0, n * sizeof(float), s.get()));
+      Q35_TRY(launch::launch<fill_kernel>({a.data(), n - 1, value}, s.get()));
+      Q35_TRY(copy(b.data(), a.data(), n * sizeof(float), copy_kind::device_to_device, s.get()));
+      Q35_TRY(copy(host.data(), b.data(), n * sizeof(float), copy_kind::device_to_host, s.get()));
+      if (r % 2 == 1) return synchronize(s.get());
+      Q35_TRY(done.record(s.get()));
+      return done.synchronize();
+    };
+    if (const status st = issue_and_wait(); !st.ok())
+      return "owner " + std::to_string(id) + ", round " + std::to_string(r) + ": " + st.message();
     for (int i = 0; i < n; ++i)
       if (host[i] != (i < n - 1 ? value : 0.0f))
         return "owner " + std::to_string(id) + ", round " + std::to_string(r) + ": host[" + std::to_string(i) +
