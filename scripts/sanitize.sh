@@ -23,7 +23,9 @@
 #           for at most S seconds (TSan makes a suite of minutes take hours; a case at a time covers the
 #           most kernels in the time there is). One line per case: target, seconds, ok / REPORT / FAILED /
 #           timeout (no report in S s), name; a report's or failure's log stays in $build/san_cases.
-#           Q35_SAN_DEADLINE=EPOCH stops starting cases after that time. Exit 1 on any report or failure.
+#           Q35_SAN_DEADLINE=EPOCH stops starting cases after that time; Q35_SAN_CASE_FROM=N starts at a
+#           target's N-th case (1-based, as doctest lists them), to resume a run. Exit 1 on any report or
+#           failure.
 #         e.g.  Q35_SANITIZER=thread Q35_SAN_CASE_LIMIT=300 scripts/sanitize.sh '' q35_tests_kernels q35_tests_moe
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -75,6 +77,7 @@ if [ -n "${Q35_SAN_CASE_LIMIT:-}" ]; then
     # doctest's case list sits between two lines of '='; commas in a name would split the filter
     mapfile -t cases < <("$exe" --list-test-cases | sed -n '/^====/,/^====/p' | grep -v -e '^====' -e '^\[doctest\]')
     for i in "${!cases[@]}"; do
+      ((i + 1 < ${Q35_SAN_CASE_FROM:-1})) && continue
       if [ -n "${Q35_SAN_DEADLINE:-}" ] && [ "$(date +%s)" -ge "$Q35_SAN_DEADLINE" ]; then
         echo "sanitize.sh: deadline reached"
         exit $bad
