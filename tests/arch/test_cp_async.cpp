@@ -167,10 +167,13 @@ TEST_CASE("arch: cp_async lands at the wait; on the sim a read before it sees th
 }
 
 #if Q35_BACKEND_SIM
-struct misaligned_copy_kernel {
+// Thread 5 gives a bad address: its destination off by 8 bytes (mode 0) or in global memory (2); its
+// source off by 4 bytes (1) or in shared memory (3).
+struct bad_copy_kernel {
   struct params {
     const uint32_t* src;
-    int mode;  // 0: destination off by 8 bytes, 1: source off by 4 bytes (16-byte copy)
+    uint32_t* global;  // 16-byte aligned (mode 2)
+    int mode;
   };
   struct shared_storage {
     alignas(16) uint32_t buf[64];
@@ -179,23 +182,36 @@ struct misaligned_copy_kernel {
   static dim3 grid(const params&) { return dim3(1); }
   Q35_DEVICE void operator()(const params& p, shared_storage& s) const {
     const int t = arch::thread_rank();
-    arch::cp_async<16>(&s.buf[t == 5 && p.mode == 0 ? 2 : 0], &p.src[t == 5 && p.mode == 1 ? 1 : 0]);
+    uint32_t* dst = &s.buf[0];
+    const uint32_t* src = p.src;
+    if (t == 5) {
+      if (p.mode == 0) dst = &s.buf[2];
+      if (p.mode == 1) src = p.src + 1;
+      if (p.mode == 2) dst = p.global;
+      if (p.mode == 3) src = &s.buf[8];
+    }
+    arch::cp_async<16>(dst, src);
     arch::cp_async_wait_all();
   }
 };
 
-TEST_CASE("arch: the sim reports cp_async addresses not aligned to the copy size") {
+TEST_CASE("arch: the sim reports cp_async addresses not aligned to the copy size or in the wrong memory") {
   std::vector<uint32_t> src(64, 1);
   auto d_src = test::to_device(src);
-  for (int mode = 0; mode < 2; ++mode) {
-    const status s = launch::launch<misaligned_copy_kernel>({d_src.data(), mode});
+  auto d_global = test::to_device(std::vector<uint32_t>(4, 0));
+  const char* const want[] = {"destination address", "source address", "destination address", "source address"};
+  const char* const problem[] = {"is not 16-byte aligned", "is not 16-byte aligned",
+                                 "is not in the block's shared memory", "is in shared memory, not global"};
+  for (int mode = 0; mode < 4; ++mode) {
+    const status s = launch::launch<bad_copy_kernel>({d_src.data(), d_global.data(), mode});
     REQUIRE_FALSE(s.ok());
     INFO(s.message());
     CHECK(s.code() == status_code::kernel_fault);
     CHECK(s.message().find("[warp 0 lane 5]") != std::string::npos);
-    CHECK(s.message().find(mode == 0 ? "destination" : "source") != std::string::npos);
-    CHECK(s.message().find("is not 16-byte aligned") != std::string::npos);
+    CHECK(s.message().find(want[mode]) != std::string::npos);
+    CHECK(s.message().find(problem[mode]) != std::string::npos);
   }
+  CHECK(test::to_host(d_global) == std::vector<uint32_t>(4, 0));  // the copy never ran
   // The failed launches left copies queued; a following launch is unaffected.
   CHECK(pipeline_sums_right<3, 1>(4));
 }

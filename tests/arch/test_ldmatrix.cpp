@@ -152,11 +152,13 @@ TEST_CASE("arch: ldmatrix x4 / x2.trans give the fragments of mma m16n8k16" * te
 }
 
 #if Q35_BACKEND_SIM
-// Lane 3 names a row that is not 16-byte aligned; or only lanes 0-7 call (a partial warp).
+// Lane 3 names a row that is not 16-byte aligned, or a row in global memory; or only lanes 0-7 call (a
+// partial warp).
 struct bad_ldmatrix_kernel {
   struct params {
-    int mode;  // 0: misaligned row, 1: partial warp
+    int mode;  // 0: misaligned row, 1: partial warp, 2: a row in global memory
     uint32_t* out;
+    const uint16_t* global_rows;  // [8][16], 16-byte aligned (mode 2)
   };
   struct shared_storage {
     alignas(16) uint16_t rows[8][16];
@@ -166,24 +168,36 @@ struct bad_ldmatrix_kernel {
   Q35_DEVICE void operator()(const params& p, shared_storage& s) const {
     const int lane = arch::lane_id();
     if (p.mode == 1 && lane >= 8) return;
+    const uint16_t* row = &s.rows[lane % 8][p.mode == 0 && lane == 3 ? 4 : 0];
+    if (p.mode == 2 && lane == 3) row = p.global_rows + 16 * 3;
     uint32_t d[1];
-    arch::ldmatrix_x1(d, &s.rows[lane % 8][p.mode == 0 && lane == 3 ? 4 : 0]);
+    arch::ldmatrix_x1(d, row);
     p.out[lane] = d[0];
   }
 };
 
-TEST_CASE("arch: the sim reports an ldmatrix row that is not 16-byte aligned, and a partial warp") {
+TEST_CASE(
+    "arch: the sim reports an ldmatrix row that is not 16-byte aligned or not in shared memory, and a "
+    "partial warp") {
   auto out = test::poisoned<uint32_t>(32);
-  status s = launch::launch<bad_ldmatrix_kernel>({0, out.data()});
+  auto rows = test::to_device(std::vector<uint16_t>(8 * 16, 1));
+  status s = launch::launch<bad_ldmatrix_kernel>({0, out.data(), rows.data()});
   REQUIRE_FALSE(s.ok());
   CHECK(s.code() == status_code::kernel_fault);
   INFO(s.message());
   CHECK(s.message().find("[warp 0 lane 3]") != std::string::npos);
   CHECK(s.message().find("is not 16-byte aligned") != std::string::npos);
-  s = launch::launch<bad_ldmatrix_kernel>({1, out.data()});
+  s = launch::launch<bad_ldmatrix_kernel>({1, out.data(), rows.data()});
   REQUIRE_FALSE(s.ok());
   INFO(s.message());
   CHECK(s.message().find("sync_warp with mask 0xffffffff") != std::string::npos);  // either lane order
+  // a GPU would read shared memory at whatever offset the global address truncates to
+  s = launch::launch<bad_ldmatrix_kernel>({2, out.data(), rows.data()});
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.code() == status_code::kernel_fault);
+  INFO(s.message());
+  CHECK(s.message().find("[warp 0 lane 3]") != std::string::npos);
+  CHECK(s.message().find("is not in the block's shared memory") != std::string::npos);
 }
 #endif
 

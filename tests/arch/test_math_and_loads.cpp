@@ -1,4 +1,5 @@
-// arch/math.hpp against float64 references (and its special values); arch/vector_load.hpp round trips.
+// arch/math.hpp against float64 references (and its special values); arch/vector_load.hpp round trips,
+// and the sim's report of a read-only (global) load from shared memory.
 #include <cmath>
 #include <limits>
 
@@ -106,5 +107,58 @@ TEST_CASE_TEMPLATE("arch: 16-byte vector loads and stores round-trip" * test::ne
   auto y = test::to_host(d_y);
   for (size_t i = 0; i < x.size(); ++i) REQUIRE(to_float(y[i]) == 2.0f * to_float(x[i]));
 }
+
+#if Q35_BACKEND_SIM
+// Thread 0 reads a word through one of the read-only (ld.global.nc) loads, from shared memory (mode 0-3:
+// load_4, load_8, load_16, load_16_stream), from global memory (mode 4, the control) or from a global
+// address that is not 16-byte aligned (mode 5, load_16).
+struct shared_read_kernel {
+  struct params {
+    const uint32_t* global;  // [4], 16-byte aligned
+    uint32_t* out;
+    int mode;
+  };
+  struct shared_storage {
+    alignas(16) uint32_t words[4];
+  };
+  static constexpr int threads = 32;
+  static dim3 grid(const params&) { return dim3(1); }
+  Q35_DEVICE void operator()(const params& p, shared_storage& s) const {
+    if (arch::thread_rank() != 0) return;
+    for (int i = 0; i < 4; ++i) s.words[i] = 7;
+    const uint32_t* from = p.mode == 4 ? p.global : s.words;
+    uint32_t v = 0;
+    if (p.mode == 0) v = arch::load_4(from);
+    if (p.mode == 1) v = arch::load_8(from)[0];
+    if (p.mode == 2) v = arch::load_16(from)[0];
+    if (p.mode == 3 || p.mode == 4) v = arch::load_16_stream(from)[0];
+    if (p.mode == 5) v = arch::load_16(p.global + 1)[0];
+    *p.out = v;
+  }
+};
+
+TEST_CASE("arch: the sim reports a read-only global load from shared memory, and a misaligned one") {
+  auto global = test::to_device(std::vector<uint32_t>{5, 5, 5, 5});
+  auto out = test::poisoned<uint32_t>(1);
+  const char* const bits[] = {"32-bit", "64-bit", "128-bit", "128-bit"};
+  for (int mode = 0; mode < 4; ++mode) {
+    const status s = launch::launch<shared_read_kernel>({global.data(), out.data(), mode});
+    REQUIRE_FALSE(s.ok());
+    INFO(s.message());
+    CHECK(s.code() == status_code::kernel_fault);
+    CHECK(s.message().find("[warp 0 lane 0]") != std::string::npos);
+    CHECK(s.message().find(std::string(bits[mode]) + " read-only (global) load from shared memory") !=
+          std::string::npos);
+  }
+  const status s = launch::launch<shared_read_kernel>({global.data(), out.data(), 5});
+  REQUIRE_FALSE(s.ok());
+  INFO(s.message());
+  CHECK(s.code() == status_code::kernel_fault);
+  CHECK(s.message().find("[warp 0 lane 0]: 128-bit access at an address that is not 16-byte aligned") !=
+        std::string::npos);
+  Q35_REQUIRE_OK(launch::launch<shared_read_kernel>({global.data(), out.data(), 4}));
+  CHECK(test::to_host(out)[0] == 5u);
+}
+#endif
 
 }  // namespace arch_test_math_and_loads

@@ -157,4 +157,42 @@ TEST_CASE("attention prefill mma: whole prompt and chunks are bit-identical, bf1
   CHECK(test::count_differences(test::prefill_in_chunks(chunked, {17, 16, 1, 16}), w.out) == 0);
 }
 
+#if Q35_BACKEND_SIM
+// The instance follows the device's shared memory (launch::max_shared_bytes): head_dim 256 needs 102 /
+// 133 KB (f16 / bf16) for 4 row warps, more than sm_86 / sm_89 give a block (99 KB, the sim's default),
+// so there it runs 2 (32 rows per block). A row's result does not depend on which rows share its block,
+// so with one split both give the same bits; each is checked against the reference on its own.
+TEST_CASE(
+    "attention prefill mma: head_dim 256 runs 4 row warps where a block has their shared memory, else "
+    "2, with the same bits") {
+  using launch::detail::attn_mma_rows;
+  const size_t limits[] = {99 * 1024, 163 * 1024, 227 * 1024};  // sm_86 / sm_89, sm_80, sm_90
+  for (const kv_type t : {kv_type::f16, kv_type::bf16}) {
+    const std::string kv_name = kv::to_string(t);
+    CAPTURE(kv_name);
+    std::vector<float> out[3];
+    for (int i = 0; i < 3; ++i) {
+      sim::options o = sim::current_options();
+      o.max_shared_bytes = limits[i];
+      sim::scoped_options scope(o);
+      CHECK(attn_mma_rows(t, 128) == 64);
+      CHECK(attn_mma_rows(t, 256) == (i == 0 ? 32 : 64));
+      // a group of 8: 4 or 8 tokens per block; a cached prefix and ragged new tokens
+      test::attn_case c(1, 8, 256, 64, t, 16, 64, 251);
+      c.grow(0, 29), c.grow(1, 20);
+      Q35_REQUIRE_OK(c.step({1}, {9}, true, 1).st);
+      auto r = c.step({0, 1}, {29, 11}, true, 1);
+      Q35_REQUIRE_OK(r.st);
+      REQUIRE(c.last_step_mma);
+      const check_result res = check_mma(c, r.out, {0, 1}, {29, 11});
+      CHECK(res.bad == 0);
+      CHECK(res.rms_rel <= rms_limit);
+      out[i] = r.out;
+    }
+    CHECK(test::count_differences(out[0], out[2]) == 0);
+    CHECK(test::count_differences(out[1], out[2]) == 0);
+  }
+}
+#endif
+
 }  // namespace

@@ -64,6 +64,35 @@ TEST_CASE("launch: shared memory beyond the device limit is a launch error namin
   CHECK(s.message().find("big_shared_kernel") != std::string::npos);
 }
 
+#if Q35_BACKEND_SIM
+TEST_CASE("sim: a block gets the shared memory of the smallest supported GPU (99 KB: sm_86, sm_89)") {
+  auto out = test::poisoned<float>(1);
+  const int head = int(arch::shared_tail_offset<big_shared_kernel::shared_storage>);  // 16: `total`, padded
+  const int fits = (99 * 1024 - head) / 4;
+  REQUIRE(launch::shared_bytes<big_shared_kernel>({out.data(), fits, 1}) == 99 * 1024);
+  Q35_REQUIRE_OK(launch::launch<big_shared_kernel>({out.data(), fits, 1}));
+  double want = 0;
+  for (int i = 0; i < fits; ++i) want += i % 7;
+  CHECK(test::to_host(out)[0] == float(want));
+  // 4 bytes more would fit an A100 or an H100, not an RTX 3090 or 4090
+  const status s = launch::launch<big_shared_kernel>({out.data(), fits + 1, 1});
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.code() == status_code::launch_failed);
+  INFO(s.message());
+  CHECK(s.message().find("big_shared_kernel") != std::string::npos);
+  CHECK(s.message().find(std::to_string(99 * 1024 + 4) + " bytes of shared memory exceed the " +
+                         std::to_string(99 * 1024) + "-byte limit") != std::string::npos);
+  CHECK(launch::max_shared_bytes() == 99 * 1024);
+  // emulating an H100 / H200, it fits
+  sim::options o = sim::current_options();
+  o.max_shared_bytes = 227 * 1024;
+  sim::scoped_options scope(o);
+  CHECK(launch::max_shared_bytes() == 227 * 1024);
+  Q35_REQUIRE_OK(launch::launch<big_shared_kernel>({out.data(), fits + 1, 1}));
+  CHECK(test::to_host(out)[0] == float(want + (fits % 7)));
+}
+#endif
+
 // A 2-D block whose volume does not match K::threads.
 struct wrong_block_kernel {
   struct params {

@@ -3,7 +3,8 @@
 // have landed with cp_async_wait<N>() (cp_async_wait_all(): every copy, committed or not).
 //
 // A wait covers only the calling thread's copies; other threads see them after a sync_block().
-// Sizes are 4, 8 or 16 bytes, source and destination aligned to the size (the sim checks);
+// Sizes are 4, 8 or 16 bytes, source and destination aligned to the size; the destination in the
+// block's shared memory, the source not (global state space); the sim checks all four.
 // 16-byte copies bypass L1 (.cg), 4- and 8-byte ones go through it (.ca).
 //
 // The sim defers every copy to the wait that completes it, so a kernel that reads shared memory
@@ -73,11 +74,13 @@ inline sim_async_thread& sim_async_queue() {
   return q.per_thread[size_t(t.rank)];
 }
 
+[[noreturn]] inline void sim_async_fail(int bytes, const char* what, const void* p, const std::string& problem) {
+  sim::detail::fail("cp_async<" + std::to_string(bytes) + "> " + what + " address " +
+                    std::to_string(reinterpret_cast<uintptr_t>(p)) + " " + problem);
+}
 inline void sim_check_async_aligned(const void* p, int bytes, const char* what) {
   if (reinterpret_cast<uintptr_t>(p) % uintptr_t(bytes) != 0)
-    sim::detail::fail(std::string("cp_async<") + std::to_string(bytes) + "> " + what + " address " +
-                      std::to_string(reinterpret_cast<uintptr_t>(p)) + " is not " + std::to_string(bytes) +
-                      "-byte aligned");
+    sim_async_fail(bytes, what, p, "is not " + std::to_string(bytes) + "-byte aligned");
 }
 
 }  // namespace detail
@@ -97,9 +100,15 @@ Q35_DEVICE void cp_async_zfill(void* dst, const void* src, int src_bytes) {
                  : "memory");
 #else
   detail::sim_check_async_aligned(dst, Bytes, "destination");
+  if (!sim::in_block_shared(dst, Bytes))
+    detail::sim_async_fail(Bytes, "destination", dst, "is not in the block's shared memory");
   if (src_bytes < 0 || src_bytes > Bytes)
     sim::detail::fail("cp_async_zfill<" + std::to_string(Bytes) + "> with src_bytes " + std::to_string(src_bytes));
-  if (src_bytes > 0) detail::sim_check_async_aligned(src, Bytes, "source");
+  if (src_bytes > 0) {
+    detail::sim_check_async_aligned(src, Bytes, "source");
+    // cp.async reads the global state space: a shared address there is not this memory on a GPU
+    if (sim::in_block_shared(src, 1)) detail::sim_async_fail(Bytes, "source", src, "is in shared memory, not global");
+  }
   sim::race::ignore_scope sim_bookkeeping;  // (the queues are the OS thread's: sim/race_check.hpp)
   detail::sim_async_queue().open.push_back(
       {static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src), Bytes, src_bytes});

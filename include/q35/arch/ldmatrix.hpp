@@ -2,8 +2,8 @@
 // (PTX ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{,.trans}.shared.b16).
 //
 // Matrix j (0 <= j < N) is given by the row addresses of lanes 8j..8j+7 (16 bytes each, 16-byte
-// aligned, in shared memory); the other lanes' addresses are ignored. Register d[j] of lane l then
-// holds row l/4, elements 2*(l%4) (low half) and 2*(l%4)+1 (high half) of matrix j; with Trans, the
+// aligned, in the block's shared memory: the sim checks both); the other lanes' addresses are ignored. Register d[j] of
+// lane l then holds row l/4, elements 2*(l%4) (low half) and 2*(l%4)+1 (high half) of matrix j; with Trans, the
 // transpose: rows 2*(l%4) and 2*(l%4)+1 of column l/4. All 32 lanes must call it (the sim checks).
 #pragma once
 
@@ -50,6 +50,9 @@ Q35_DEVICE void ldmatrix(uint32_t (&d)[N], const void* row) {
   if (lane < 8 * N && mine % 16 != 0)
     sim::detail::fail("ldmatrix row address " + std::to_string(mine) + " of lane " + std::to_string(lane) +
                       " is not 16-byte aligned");
+  if (lane < 8 * N && !sim::in_block_shared(row, 16))
+    sim::detail::fail("ldmatrix row address " + std::to_string(mine) + " of lane " + std::to_string(lane) +
+                      " is not in the block's shared memory (ldmatrix reads only shared memory)");
   // Lane l takes its two elements of matrix j from the rows of lanes 8j + r: the lanes publish their
   // row addresses in the warp's scratch and meet in a sync_warp over the full warp (so a partial warp
   // is reported); non-trans row l/4, columns 2*(l%4) and +1; trans rows 2*(l%4) and +1, column l/4.

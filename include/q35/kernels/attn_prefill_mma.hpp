@@ -3,12 +3,13 @@
 // accumulators) at fp32 grade, online softmax in fp32, optional split-KV (attn_merge_kernel combines).
 // f16 and bf16 KV, head dims 128 and 256 (f32 KV and decode stay on attn_paged_kernel).
 //
-// Thread-to-data mapping. Block (tile, seq, z) serves 64 query rows = tokens_per_block tokens x
-// heads_per_block q heads of one kv head (z as attn_paged_kernel: (kv_head * n_splits + split) *
-// n_chunks + chunk); row r = token r / heads_per_block, head r % heads_per_block. Row warp rw (4 of
-// them) owns rows 16 rw .. 16 rw + 15 (lane l: rows l / 4 and l / 4 + 8, the mma accumulator layout)
-// and computes their scores; D 128: one warp per row group holds all 128 output dims, D 256: two
-// (256 threads), dims 128 dw .. +127 each (128 accumulators per thread spilled). All warps share each
+// Thread-to-data mapping. Block (tile, seq, z) serves 16 RowWarps query rows (64; 32 where shared
+// memory is short, below) = tokens_per_block tokens x heads_per_block q heads of one kv head (z as
+// attn_paged_kernel: (kv_head * n_splits + split) * n_chunks + chunk); row r = token r /
+// heads_per_block, head r % heads_per_block. Row warp rw (RowWarps of them) owns rows 16 rw .. 16 rw +
+// 15 (lane l: rows l / 4 and l / 4 + 8, the mma accumulator layout) and computes their scores; D 128:
+// one warp per row group holds all 128 output dims, D 256: two (256 threads with 4 row warps), dims
+// 128 dw .. +127 each. All warps share each
 // K/V tile of Bc keys in shared memory (Bc = 32 for D 128, 16 for D 256), so the heads of a group
 // share one read of K/V.
 //
@@ -44,15 +45,17 @@
 // on which rows share its block. Keys outside [split begin, min(split end, seq_len, last row's
 // position + 1)) are zero-filled in shared memory, never read from the cache.
 //
-// Pipeline: Q is split once into shared memory (parts x 64 x D 16-bit); K/V tiles are double-buffered
+// Pipeline: Q is split once into shared memory (parts x rows x D 16-bit); K/V tiles are double-buffered
 // with cp.async (tile i + 1 in flight while tile i multiplies), one barrier per tile; a warp whose
 // rows see no key of a tile skips its math. At the end o / l goes through shared memory (over Q) and
 // each warp writes whole rows with 16-byte stores. Shared rows are padded by 8 elements (16 bytes):
 // the row stride is D / 8 + 1 (odd) 16-byte units, so the 8 rows of an ldmatrix phase fall on 8
 // different 4-bank groups (no conflicts; padding rather than a swizzle keeps the cp.async and
 // ldmatrix addresses plain, for 6 % / 3 % more shared memory). Shared memory: 70,400 / 87,808 B
-// (f16 / bf16, D 128), 102,144 / 135,936 B (D 256). nvcc 13 (sm_80 / sm_90), 0 spills: 243 / 242
-// registers (f16, D 128), 249 / 252 (bf16, D 128), 204 / 203 (f16, D 256), 234 / 235 (bf16, D 256).
+// (f16 / bf16, D 128), 102,144 / 135,936 B (D 256); an sm_86 / sm_89 GPU gives a block at most 99 KB
+// (101,376 B), so there D 256 runs RowWarps = 2: 67,968 / 84,864 B (launch/attention.hpp picks by
+// launch::max_shared_bytes(); rows do not depend on each other, so both give the same bits). nvcc 13 (sm_80 / sm_90), 0
+// spills: 243 / 242 registers (f16, D 128), 249 / 252 (bf16, D 128), 204 / 203 (f16, D 256), 234 / 235 (bf16, D 256).
 // HMMA per tile and warp: f16 D 128 64 + 64, bf16 96 + 96 (32 keys); f16 D 256 64 + 32, bf16 96 + 48
 // (16 keys; the scores computed by both warps of a row group).
 #pragma once
@@ -85,13 +88,14 @@ Q35_DEVICE uint32_t pack(uint16_t lo, uint16_t hi) { return uint32_t(lo) | uint3
 
 }  // namespace attn_mma_detail
 
-template <class T, int HeadDim>
+template <class T, int HeadDim, int RowWarps = 4>
 struct attn_prefill_mma_kernel {
   static_assert(std::is_same_v<T, half> || std::is_same_v<T, bf16>, "f16 or bf16 KV");
   static_assert(HeadDim == 128 || HeadDim == 256, "head_dim 128 or 256");
-  // 4 row warps of 16 rows; D 256 gives each row group 2 warps of 128 output dims (both compute the
-  // group's scores): 128 accumulators per thread spilled (nvcc 13, sm_90: 255 registers, 540 B)
-  static constexpr int row_warps = 4, dim_warps = HeadDim / 128, warp_dims = HeadDim / dim_warps;
+  static_assert(RowWarps == 4 || RowWarps == 2, "4 row warps, or 2 where shared memory is short");
+  // RowWarps row warps of 16 rows; D 256 gives each row group 2 warps of 128 output dims (both compute
+  // the group's scores): 128 accumulators per thread spilled (nvcc 13, sm_90: 255 registers, 540 B)
+  static constexpr int row_warps = RowWarps, dim_warps = HeadDim / 128, warp_dims = HeadDim / dim_warps;
   static constexpr int threads = warp_size * row_warps * dim_warps;
   static constexpr int min_blocks_per_sm = 1;  // up to 255 registers
   static constexpr int rows = 16 * row_warps;  // query rows per block
@@ -424,7 +428,8 @@ struct attn_prefill_mma_kernel {
       Q35_UNROLL
       for (int i = 0; i < HeadDim / 128; ++i) {
         const int d = 4 * lane + 128 * i;
-        vec<float, 4> v = arch::load_16(&s.o[r][d]);
+        // a shared load (LDS.128); arch::load_16 is a global one (ld.global.nc), which faults here
+        vec<float, 4> v = *reinterpret_cast<const vec<float, 4>*>(&s.o[r][d]);
         if (p.n_splits == 1) {
           const vec<float, 4> g = arch::load_16(p.qg + row * 2 * HeadDim + HeadDim + d);
           Q35_UNROLL

@@ -39,6 +39,11 @@ struct gdn_chunk_kernel {
   static constexpr int threads = 256;
   static constexpr int blk = 16, n_blk = 64 / blk;  // blocks of the triangular inverse
   static constexpr int rhs_cols = KDim > VDim ? KDim : VDim;
+  // K K^T and Q K^T take the key columns in passes of k_part: the k and q planes of all 128 keys at
+  // once would be 104 KB, more than an sm_86 / sm_89 GPU gives a block (99 KB). The accumulators carry
+  // over, so each output is the same mma chain as in one pass.
+  static constexpr int k_part = KDim < 64 ? KDim : 64;
+  static_assert(KDim % k_part == 0, "whole passes");
   static_assert(threads == 256 && chunk == 64, "8 warps: 2 products x 4 row tiles of 16");
   static_assert(KDim % 32 == 0 && VDim % 32 == 0, "half a row of W / U per warp: pairs of n8 tiles");
 
@@ -49,15 +54,16 @@ struct gdn_chunk_kernel {
     int n_chunks;  // chunks of the longest sequence
     ops::gdn_heads heads;
   };
-  // Phase 1 (K K^T, Q K^T) holds k and q as bf16 planes; phase 2 reuses the space for A and T in
-  // fp32, T's planes and one right-hand side's planes (beta v, then beta e^G k; T in fp32 is built in
-  // its space first). d = 128: 104 KB (2 blocks per sm_90 SM), d = 64: 75 KB.
+  // Phase 1 (K K^T, Q K^T) holds k_part columns of k and q as bf16 planes; phase 2 reuses the space
+  // for A and T in fp32, T's planes and one right-hand side's planes (beta v, then beta e^G k; T in
+  // fp32 is built in its space first). d = 128: 100,288 B (phase 2's; 2 blocks per sm_90 SM, 1 per
+  // sm_86 / sm_89 SM), d = 64: 75 KB.
   struct alignas(16) shared_storage {
     float beta[chunk];
     float g[chunk];  // cumulative log-decay G
     union {
       struct {
-        ops::split_matrix<chunk, KDim> k, q;  // [row][key]
+        ops::split_matrix<chunk, k_part> k, q;  // [row][key - k0] of one pass
       } prod;
       struct {
         float a[chunk][chunk + 1];          // A_ij (j < i read only)
@@ -80,33 +86,35 @@ struct gdn_chunk_kernel {
     const int tid = arch::thread_rank();
     const int n_k = p.heads.n_k, n_v = p.heads.n_v, h = j % n_k;
 
-    // k and q rows as bf16 planes (8 keys per thread and step, 16-byte loads); padding rows are 0
-    constexpr int vecs = KDim / 8;
-    for (int e = tid; e < chunk * vecs; e += threads) {
-      const int i = e / vecs, c = 8 * (e % vecs);
-      const int64_t at = ((r0 + i) * n_k + h) * KDim + c;
-      s.prod.k.load8(i, c, p.t.k + (i < nr ? at : 0), i < nr);
-      s.prod.q.load8(i, c, p.t.q + (i < nr ? at : 0), i < nr);
-    }
     if (tid < chunk) {
       s.beta[tid] = tid < nr ? p.t.beta[(r0 + tid) * n_v + j] : 0.0f;
       s.g[tid] = tid < nr ? p.t.g[(r0 + tid) * n_v + j] : 0.0f;
     }
-    arch::sync_block();
-    // G_i = sum_{s <= i} g_s (one thread: 64 additions)
-    if (tid == 0) {
-      float acc = 0.0f;
-      for (int i = 0; i < chunk; ++i) s.g[i] = acc += s.g[i];
-    }
-
     // A_ij = beta_i (k_i . k_j) e^(G_i - G_j), j < i;   Aqk_ij = (q_i . k_j) e^(G_i - G_j), j <= i.
     // Warp w: product w / 4, rows 16 mr .. + 16 (mr = w % 4), n8 tiles 0 .. 2 mr + 1 (the rest of the
     // row tile is above the diagonal).
     const int warp = arch::warp_id(), mr = warp % 4;
     const bool qk = warp >= 4;
     arch::mma_c_f32_16x8 acc[chunk / 8] = {};
-    ops::mma_split_product<false, chunk / 8, KDim>(acc, qk ? s.prod.q : s.prod.k, 16 * mr, s.prod.k, 0, 0, mr + 1);
-    arch::sync_block();  // every warp is done with the planes, and G is complete
+    for (int k0 = 0; k0 < KDim; k0 += k_part) {
+      // keys k0 .. k0 + k_part of the k and q rows as bf16 planes (8 keys per thread and step,
+      // 16-byte loads); padding rows are 0
+      constexpr int vecs = k_part / 8;
+      for (int e = tid; e < chunk * vecs; e += threads) {
+        const int i = e / vecs, c = 8 * (e % vecs);
+        const int64_t at = ((r0 + i) * n_k + h) * KDim + k0 + c;
+        s.prod.k.load8(i, c, p.t.k + (i < nr ? at : 0), i < nr);
+        s.prod.q.load8(i, c, p.t.q + (i < nr ? at : 0), i < nr);
+      }
+      arch::sync_block();  // the planes are complete (the first time: beta and g too)
+      // G_i = sum_{s <= i} g_s (one thread: 64 additions)
+      if (k0 == 0 && tid == 0) {
+        float a = 0.0f;
+        for (int i = 0; i < chunk; ++i) s.g[i] = a += s.g[i];
+      }
+      ops::mma_split_product<false, chunk / 8, k_part>(acc, qk ? s.prod.q : s.prod.k, 16 * mr, s.prod.k, 0, 0, mr + 1);
+      arch::sync_block();  // every warp is done with the planes (after the last pass: and G is complete)
+    }
     if (tid < nr) p.t.g[(r0 + tid) * n_v + j] = s.g[tid];
     Q35_UNROLL
     for (int n = 0; n < chunk / 8; ++n) {

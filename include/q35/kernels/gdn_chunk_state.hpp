@@ -42,6 +42,11 @@ struct gdn_chunk_state_kernel {
   static constexpr int threads = 256;
   static constexpr int s_tiles = KDim / 32;  // n8 tiles of S^T per warp (keys)
   static_assert(VDim % tile == 0 && KDim % 64 == 0 && chunk == 64, "head dims: 64 or 128");
+  // The chunk's U, q' and K' rows are staged k_part keys at a time: all 128 at once would make 120 KB,
+  // more than an sm_86 / sm_89 GPU gives a block (99 KB). The products take the parts in key order
+  // into the same accumulators, so each output is the same mma chain as with whole rows.
+  static constexpr int k_part = 64;
+  static constexpr int n_parts = KDim / k_part;
 
   struct params {
     const int32_t* seq_offsets;  // [n_seqs + 1]
@@ -51,26 +56,28 @@ struct gdn_chunk_state_kernel {
     int n_seqs;
     ops::gdn_heads heads;
   };
-  // d = 128: 26 + 52 + 27 + 14 KB = 120 KB (one block per SM); d = 64: 65 KB
+  // d = 128: 26 + 27 + 27 + 14 KB = 93 KB (2 blocks per sm_90 SM, 1 per sm_86 / sm_89 SM); d = 64: 81 KB
   struct alignas(16) shared_storage {
     ops::split_matrix<tile, KDim> st;    // S^T [col][key]
-    ops::split_matrix<chunk, KDim> m;    // U, then q e^G, then k e^(G_C - G): [row][key]
+    ops::split_matrix<chunk, k_part> m;  // U, then q e^G, then k e^(G_C - G): [row][key - k0] of a part
     ops::split_matrix<chunk, chunk> aq;  // Aqk [row][row']
     ops::split_matrix<tile, chunk> vt;   // V_new^T [col][row]
     float g[chunk];                      // G of the chunk
   };
   static dim3 grid(const params& p) { return dim3(unsigned(VDim / tile), unsigned(p.heads.n_v), unsigned(p.n_seqs)); }
 
-  // m[i][0 .. KDim) <- src row (r0 + i) (a [n_tokens][n_heads][KDim] tensor, head hd) times scale(i),
-  // zero past the nr valid rows; 16-byte loads, 8 keys per thread and step.
+  // m[i][0 .. k_part) <- keys k0 .. k0 + k_part of src row (r0 + i) (a [n_tokens][n_heads][KDim] tensor,
+  // head hd) times scale(i), zero past the nr valid rows; 16-byte loads, 8 keys per thread and step.
+  // Ends with a barrier (the planes are complete).
   template <class Scale>
-  static Q35_DEVICE void load_rows(ops::split_matrix<chunk, KDim>& m, const float* src, int64_t r0, int nr, int n_heads,
-                                   int hd, Scale scale) {
-    constexpr int vecs = KDim / 8;
+  static Q35_DEVICE void load_rows(ops::split_matrix<chunk, k_part>& m, const float* src, int k0, int64_t r0, int nr,
+                                   int n_heads, int hd, Scale scale) {
+    constexpr int vecs = k_part / 8;
     for (int e = arch::thread_rank(); e < chunk * vecs; e += threads) {
       const int i = e / vecs, c = 8 * (e % vecs);
-      m.load8(i, c, src + (i < nr ? ((r0 + i) * n_heads + hd) * KDim + c : 0), i < nr, i < nr ? scale(i) : 0.0f);
+      m.load8(i, c, src + (i < nr ? ((r0 + i) * n_heads + hd) * KDim + k0 + c : 0), i < nr, i < nr ? scale(i) : 0.0f);
     }
+    arch::sync_block();
   }
 
   Q35_DEVICE void operator()(const params& p, shared_storage& s) const {
@@ -109,17 +116,20 @@ struct gdn_chunk_state_kernel {
           s.st.set(at.row, at.col, sacc[n].r[i]);
         }
       }
-      load_rows(s.m, p.t.u, r0, nr, n_v, j, [](int) { return 1.0f; });
       for (int e = tid; e < chunk * chunk / 8; e += threads) {
         const int i = e / (chunk / 8), c = 8 * (e % (chunk / 8));
         s.aq.load8(i, c, p.t.aqk + (i < nr ? ((r0 + i) * n_v + j) * chunk + c : 0), i < nr);
       }
       if (tid < chunk) s.g[tid] = tid < nr ? p.t.g[(r0 + tid) * n_v + j] : 0.0f;
-      arch::sync_block();
+      // (load_rows' barrier completes S^T, Aqk and g too)
 
       // V_new = W - U S (padding rows 0), kept as V_new^T planes
       arch::mma_c_f32_16x8 acc[2] = {};
-      ops::mma_split_product<false, 2, KDim>(acc, s.m, or0, s.st, oc0, 0);
+      for (int k0 = 0; k0 < KDim; k0 += k_part) {
+        load_rows(s.m, p.t.u, k0, r0, nr, n_v, j, [](int) { return 1.0f; });
+        ops::mma_split_product<false, 2, k_part>(acc, s.m, or0, s.st, oc0, k0, 1, k0);
+        arch::sync_block();  // U's part read
+      }
       Q35_UNROLL
       for (int n = 0; n < 2; ++n) {
         Q35_UNROLL
@@ -129,14 +139,16 @@ struct gdn_chunk_state_kernel {
           s.vt.set(at.col, at.row, at.row < nr ? w - acc[n].r[i] : 0.0f);
         }
       }
-      arch::sync_block();  // U read, V_new^T complete
-      load_rows(s.m, p.t.q, r0, nr, n_k, h, [&](int i) { return arch::fast_exp(s.g[i]); });
-      arch::sync_block();
+      // (the next load_rows' barrier completes V_new^T)
 
       // O = (q e^G) S + Aqk V_new  (Aqk is 0 above the diagonal and on padding rows)
       Q35_UNROLL
       for (int n = 0; n < 2; ++n) acc[n] = {};
-      ops::mma_split_product<false, 2, KDim>(acc, s.m, or0, s.st, oc0, 0);
+      for (int k0 = 0; k0 < KDim; k0 += k_part) {
+        load_rows(s.m, p.t.q, k0, r0, nr, n_k, h, [&](int i) { return arch::fast_exp(s.g[i]); });
+        ops::mma_split_product<false, 2, k_part>(acc, s.m, or0, s.st, oc0, k0, 1, k0);
+        arch::sync_block();  // q's part read
+      }
       ops::mma_split_product<false, 2, chunk>(acc, s.aq, or0, s.vt, oc0, 0);
       Q35_UNROLL
       for (int n = 0; n < 2; ++n) {
@@ -146,14 +158,17 @@ struct gdn_chunk_state_kernel {
           if (at.row < nr) p.t.o[((r0 + at.row) * n_v + j) * VDim + c0 + at.col] = acc[n].r[i];
         }
       }
-      arch::sync_block();  // q' read
       const float g_last = s.g[nr - 1];
-      load_rows(s.m, p.t.k, r0, nr, n_k, h, [&](int i) { return arch::fast_exp(g_last - s.g[i]); });
-      arch::sync_block();
 
-      // S^T <- e^(G_C) S^T + V_new^T K'
+      // S^T <- e^(G_C) S^T + V_new^T K': a warp's keys lie in one part, so its product runs whole in
+      // that part's pass
       arch::mma_c_f32_16x8 upd[s_tiles] = {};
-      ops::mma_split_product<true, s_tiles, chunk>(upd, s.vt, sc0, s.m, sk0, 0);
+      for (int k0 = 0; k0 < KDim; k0 += k_part) {
+        load_rows(s.m, p.t.k, k0, r0, nr, n_k, h, [&](int i) { return arch::fast_exp(g_last - s.g[i]); });
+        if (sk0 >= k0 && sk0 < k0 + k_part)
+          ops::mma_split_product<true, s_tiles, chunk>(upd, s.vt, sc0, s.m, sk0 - k0, 0);
+        arch::sync_block();  // K''s part read
+      }
       const float decay = arch::fast_exp(g_last);
       Q35_UNROLL
       for (int n = 0; n < s_tiles; ++n) {

@@ -107,9 +107,11 @@ inline constexpr int attn_min_split_keys = 64;
 inline constexpr int attn_max_splits = 128;
 inline constexpr int attn_split_row_budget = 256;
 // Rows (token x head) per block of attention_prefill: attn_paged_kernel (f32 KV), and
-// attn_prefill_mma_kernel (f16 / bf16 KV: 4 warps of 16 rows on tensor cores).
+// attn_prefill_mma_kernel (f16 / bf16 KV on tensor cores: 4 warps of 16 rows; at head_dim 256 only 2
+// where a block cannot have the 4 warps' shared memory, 102 / 133 KB: sm_86, sm_89).
 inline constexpr int attn_prefill_rows = 8;
 inline constexpr int attn_prefill_mma_rows = 64;
+inline constexpr int attn_prefill_mma_rows_small = 32;
 
 namespace detail {
 
@@ -120,11 +122,12 @@ inline status bad_attn(const std::string& m) { return error(status_code::invalid
 struct attn_tiling {
   int rows, heads_per_block, n_chunks, tokens_per_block;
 };
-inline attn_tiling tiling(const attn_shape& s, bool prefill, bool mma = false) {
+// mma_rows: attn_prefill_mma_kernel's rows per block (0: not that kernel).
+inline attn_tiling tiling(const attn_shape& s, bool prefill, int mma_rows = 0) {
   const int group = s.n_heads / s.n_kv_heads;
   attn_tiling t{};
   if (prefill) {
-    t.rows = mma ? attn_prefill_mma_rows : attn_prefill_rows;
+    t.rows = mma_rows > 0 ? mma_rows : attn_prefill_rows;
   } else {
     t.rows = 1;
     while (t.rows < group && t.rows < 8) t.rows *= 2;
@@ -133,6 +136,27 @@ inline attn_tiling tiling(const attn_shape& s, bool prefill, bool mma = false) {
   t.n_chunks = (group + t.heads_per_block - 1) / t.heads_per_block;
   t.tokens_per_block = t.rows / t.heads_per_block;
   return t;
+}
+
+// attn_prefill_mma_kernel's instance for KV type T and head dim D on the current device: 4 row warps
+// where a block may have their shared memory, else 2 (every instance it can pick fits the smallest
+// supported GPU, as the static_assert checks).
+template <class T, int D>
+inline int attn_mma_row_warps() {
+  using big = kernels::attn_prefill_mma_kernel<T, D, 4>;
+  using small = kernels::attn_prefill_mma_kernel<T, D, 2>;
+  if constexpr (arch::shared_tail_offset<typename big::shared_storage> <= smallest_max_shared_bytes) {
+    return 4;
+  } else {
+    static_assert(arch::shared_tail_offset<typename small::shared_storage> <= smallest_max_shared_bytes);
+    return arch::shared_tail_offset<typename big::shared_storage> <= max_shared_bytes() ? 4 : 2;
+  }
+}
+inline int attn_mma_rows(kv::kv_type t, int head_dim) {
+  const auto pick = [&]<class T>(std::type_identity<T>) {
+    return 16 * (head_dim == 256 ? attn_mma_row_warps<T, 256>() : attn_mma_row_warps<T, 128>());
+  };
+  return t == kv::kv_type::bf16 ? pick(std::type_identity<bf16>{}) : pick(std::type_identity<half>{});
 }
 
 // Splits for a call: enough blocks for ~4 waves' worth of SMs, each split >= attn_min_split_keys keys.
@@ -300,7 +324,7 @@ inline status run_attention(const attn_core_args& a, bool prefill, stream_t stre
   if (a.batch.n_tokens == 0) return status::success();
   // prefill with f16 / bf16 KV on tensor cores; decode and f32 KV on attn_paged_kernel
   const bool mma = prefill && a.kv.type != kv::kv_type::f32;
-  const attn_tiling t = tiling(a.shape, prefill, mma);
+  const attn_tiling t = tiling(a.shape, prefill, mma ? attn_mma_rows(a.kv.type, a.shape.head_dim) : 0);
   int n_splits = choose_splits(a.shape, a.batch, t);
   // split_keys: whole 4-key groups (so a group never leaves its page); no split left empty by design
   const int64_t per = (a.batch.max_seq_len + n_splits - 1) / n_splits;
@@ -330,9 +354,14 @@ inline status run_attention(const attn_core_args& a, bool prefill, stream_t stre
       return launch<Kernel>(p, stream);
     };
     if constexpr (!std::is_same_v<T, float>) {
-      using mma_kernel = kernels::attn_prefill_mma_kernel<T, decltype(d)::value>;
-      static_assert(mma_kernel::rows == attn_prefill_mma_rows);
-      if (mma) return run(std::type_identity<mma_kernel>{});
+      constexpr int D = decltype(d)::value;
+      static_assert(kernels::attn_prefill_mma_kernel<T, D, 4>::rows == attn_prefill_mma_rows);
+      static_assert(kernels::attn_prefill_mma_kernel<T, D, 2>::rows == attn_prefill_mma_rows_small);
+      if (mma && t.rows == attn_prefill_mma_rows)
+        return run(std::type_identity<kernels::attn_prefill_mma_kernel<T, D, 4>>{});
+      if constexpr (D == 256)  // the only head dim whose 4-warp instance may not fit
+        if (mma) return run(std::type_identity<kernels::attn_prefill_mma_kernel<T, D, 2>>{});
+      if (mma) return detail::bad_attn("no prefill instance for " + std::to_string(t.rows) + " rows");
     }
     return dispatch<1, 2, 4, 8>(t.rows, [&](auto rows) -> status {
       return run(std::type_identity<kernels::attn_paged_kernel<T, decltype(d)::value, decltype(rows)::value>>{});

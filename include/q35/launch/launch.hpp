@@ -24,6 +24,7 @@
 // architecture). A template instantiates them only where it is called.
 #pragma once
 
+#include <atomic>
 #include <concepts>
 #include <cstddef>
 #include <string>
@@ -73,8 +74,14 @@ size_t shared_bytes(const typename K::params& p) {
   return n;
 }
 
-// Shared memory one block may use: 227 KB on sm_90, 163 KB on sm_80; the sim allows the sm_90 limit.
-inline constexpr size_t sim_max_shared_bytes = 227 * 1024;
+// Shared memory one block may use (with the opt-in above 48 KB): 227 KB on sm_90, 163 KB on sm_80 and
+// sm_87, 99 KB on sm_86 and sm_89 (RTX 30x0 / 40x0, which run the sm_80 build). Every kernel has a
+// tiling that fits the smallest; a kernel with a larger one for larger devices picks by
+// max_shared_bytes() (attention prefill at head_dim 256).
+inline constexpr size_t smallest_max_shared_bytes = 99 * 1024;
+#if Q35_BACKEND_SIM
+static_assert(sim::options{}.max_shared_bytes == smallest_max_shared_bytes, "the sim emulates the smallest by default");
+#endif
 // Above this a CUDA kernel must opt in to more dynamic shared memory.
 inline constexpr size_t default_shared_limit_bytes = 48 * 1024;
 
@@ -93,6 +100,30 @@ inline int sm_count() {
   return n;
 #else
   return 132;
+#endif
+}
+
+// What one block of a launch on the current device may use: its cudaDevAttrMaxSharedMemoryPerBlockOptin
+// (asked once per device); on the sim, sim::options::max_shared_bytes (the smallest supported GPU's
+// unless a test emulates another).
+inline size_t max_shared_bytes() {
+#if Q35_BACKEND_CUDA
+  static std::atomic<int> known[16] = {};  // per device, 0: not asked yet
+  int dev = 0, v = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    (void)cudaGetLastError();  // handled here: the smallest is safe everywhere
+    return smallest_max_shared_bytes;
+  }
+  const bool cached = dev >= 0 && dev < 16;
+  if (cached && (v = known[dev].load(std::memory_order_relaxed)) > 0) return size_t(v);
+  if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess || v <= 0) {
+    (void)cudaGetLastError();
+    return smallest_max_shared_bytes;
+  }
+  if (cached) known[dev].store(v, std::memory_order_relaxed);
+  return size_t(v);
+#else
+  return sim::current_options().max_shared_bytes;
 #endif
 }
 
@@ -213,10 +244,11 @@ status launch(const typename K::params& p, stream_t stream = nullptr) {
   if (rc != cudaSuccess) return q35::detail::cuda_status(rc, ("launch of " + kernel_name<K>()).c_str());
   return status::success();
 #else
-  if (smem > sim_max_shared_bytes)
+  if (const size_t limit = max_shared_bytes(); smem > limit)
     return error(status_code::launch_failed, "kernel " + kernel_name<K>() + ": " + std::to_string(smem) +
-                                                 " bytes of shared memory exceed the " +
-                                                 std::to_string(sim_max_shared_bytes) + "-byte limit");
+                                                 " bytes of shared memory exceed the " + std::to_string(limit) +
+                                                 "-byte limit of the emulated GPU (sim::options::max_shared_bytes; "
+                                                 "by default the smallest supported, sm_86 / sm_89)");
   ++sim::counters().launches;  // sim/api_counters.hpp: host calls a test can count
   // Run now, queued on a lazy stream or recorded into a graph, with a copy of the parameters as they
   // are now (cudaLaunchKernel copies them): whatever the caller's variables hold later does not reach

@@ -82,10 +82,11 @@ struct alignas(16) split_matrix {
 //   BTrans = false: stored [n][k] (B^T row-major): tile n is B rows b_off + 8 n .. + 8, columns k0 ..;
 //   BTrans = true:  stored [k][n]: tile n is B rows k0 .., columns b_off + 8 n .. + 8.
 // Only the first n_pairs pairs of n-tiles are computed (warp-uniform), the rest left unchanged.
-// All 32 lanes of the warp must call it.
+// a_k0: the first column A holds (A's planes hold columns a_k0 .. of the product's index, for an A
+// staged a part at a time; 0: all of them). All 32 lanes of the warp must call it.
 template <bool BTrans, int NT, int K, class MA, class MB>
 Q35_DEVICE void mma_split_product(arch::mma_c_f32_16x8 (&acc)[NT], const MA& a, int a_row, const MB& b, int b_off,
-                                  int k0, int n_pairs = NT / 2) {
+                                  int k0, int n_pairs = NT / 2, int a_k0 = 0) {
   static_assert(NT % 2 == 0 && K % 16 == 0, "pairs of n-tiles, 16-column steps");
   const int lane = arch::lane_id(), mi = lane / 8, ri = lane % 8;  // ldmatrix: the lane's matrix and row
   // a loop, not unrolled: one step's fragments are live at a time
@@ -95,7 +96,7 @@ Q35_DEVICE void mma_split_product(arch::mma_c_f32_16x8 (&acc)[NT], const MA& a, 
     arch::mma_a_bf16_16x16 af[MA::parts];
     Q35_UNROLL
     for (int j = 0; j < MA::parts; ++j)
-      arch::ldmatrix_x4(af[j].r, &a.p[j][a_row + ri + 8 * (mi % 2)][kk + 8 * (mi / 2)]);
+      arch::ldmatrix_x4(af[j].r, &a.p[j][a_row + ri + 8 * (mi % 2)][kk - a_k0 + 8 * (mi / 2)]);
     Q35_UNROLL
     for (int g = 0; g < NT / 2; ++g) {
       if (g >= n_pairs) break;

@@ -2,6 +2,7 @@
 // arch/ wraps these behind the backend-neutral names; kernels never call them directly.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "q35/sim/state.hpp"
@@ -13,6 +14,16 @@ inline dim3 block_idx() { return detail::tls_block->block_idx; }
 inline dim3 block_dim() { return detail::tls_block->block_dim; }
 inline dim3 grid_dim() { return detail::tls_block->grid_dim; }
 inline unsigned char* block_shared() { return detail::tls_block->shared; }
+// Whether [p, p + bytes) lies in this block's shared memory. What a GPU reaches only through the
+// shared state space (ldmatrix's rows, cp.async's destination) or only through the global one (the
+// read-only loads, cp.async's source) is checked with it: on the sim all memory is one, on a GPU the
+// wrong space is a wrong or illegal address. False outside a kernel.
+inline bool in_block_shared(const void* p, size_t bytes) {
+  const auto* b = detail::tls_block;
+  if (!b) return false;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p), s = reinterpret_cast<uintptr_t>(b->shared);
+  return a >= s && bytes <= b->shared_bytes && a - s <= b->shared_bytes - bytes;
+}
 
 // Block barrier: every thread of the block must reach it (checked by the scheduler).
 inline void sync_block() {

@@ -49,6 +49,7 @@ class block_runner {
     b.block_dim = bd;
     b.grid_dim = g;
     b.shared = shared_;
+    b.shared_bytes = cfg_.shared_bytes;
     // a read before a write shows up (options::fill; 0xff unless one is given)
     std::memset(shared_, opt_.fill >= 0 ? opt_.fill : 0xff, cfg_.shared_bytes);
     if (tls_visibility) tls_visibility->begin_block();

@@ -1,4 +1,5 @@
-// Run-time options of the sim backend: thread order between barriers, worker threads, fiber stacks.
+// Run-time options of the sim backend: thread order between barriers, worker threads, fiber stacks,
+// streams, the fill of fresh memory and the shared memory a block may use.
 //
 // Defaults come from the environment once per process:
 //   Q35_SIM_ORDER   = forward | reverse | shuffled[:SEED]   (default forward)
@@ -49,6 +50,11 @@ struct options {
   // NaN in f32, f16 and bf16, -1 in signed integers, an id out of range); another byte gives other
   // garbage. -1 (none): allocations as malloc returns them (often zeros), shared memory still 0xff.
   int fill = 0xff;
+  // Shared memory one block may use (launch::max_shared_bytes answers this on the sim). By default the
+  // smallest of the supported GPUs, 99 KB (sm_86, sm_89: RTX 30x0 / 40x0), so a launch that runs on the
+  // sim fits every one of them; 227 * 1024 emulates an H100 / H200 (sm_90), 163 * 1024 an A100 (sm_80),
+  // for kernels whose tiling depends on it.
+  size_t max_shared_bytes = 99 * 1024;
 };
 
 inline const char* to_string(thread_order o) {

@@ -88,6 +88,7 @@ struct block_state {
   const char* kernel_name = "";
   dim3 block_idx, block_dim, grid_dim;
   unsigned char* shared = nullptr;
+  size_t shared_bytes = 0;  // static + dynamic shared memory at `shared`
   std::vector<thread_state> threads;
   std::vector<warp_state> warps;
   int n_done = 0;
