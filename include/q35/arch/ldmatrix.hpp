@@ -2,9 +2,10 @@
 // (PTX ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{,.trans}.shared.b16).
 //
 // Matrix j (0 <= j < N) is given by the row addresses of lanes 8j..8j+7 (16 bytes each, 16-byte
-// aligned, in the block's shared memory: the sim checks both); the other lanes' addresses are ignored. Register d[j] of
-// lane l then holds row l/4, elements 2*(l%4) (low half) and 2*(l%4)+1 (high half) of matrix j; with Trans, the
-// transpose: rows 2*(l%4) and 2*(l%4)+1 of column l/4. All 32 lanes must call it (the sim checks).
+// aligned, in the block's shared memory: the sim checks both); the other lanes' addresses are
+// ignored. Register d[j] of lane l then holds row l/4, elements 2*(l%4) (low half) and 2*(l%4)+1
+// (high half) of matrix j; with Trans, the transpose: rows 2*(l%4) and 2*(l%4)+1 of column l/4.
+// All 32 lanes must call it (the sim checks).
 #pragma once
 
 #include <cstdint>

@@ -52,10 +52,11 @@
 // the row stride is D / 8 + 1 (odd) 16-byte units, so the 8 rows of an ldmatrix phase fall on 8
 // different 4-bank groups (no conflicts; padding rather than a swizzle keeps the cp.async and
 // ldmatrix addresses plain, for 6 % / 3 % more shared memory). Shared memory: 70,400 / 87,808 B
-// (f16 / bf16, D 128), 102,144 / 135,936 B (D 256); an sm_86 / sm_89 GPU gives a block at most 99 KB
-// (101,376 B), so there D 256 runs RowWarps = 2: 67,968 / 84,864 B (launch/attention.hpp picks by
-// launch::max_shared_bytes(); rows do not depend on each other, so both give the same bits). nvcc 13 (sm_80 / sm_90), 0
-// spills: 243 / 242 registers (f16, D 128), 249 / 252 (bf16, D 128), 204 / 203 (f16, D 256), 234 / 235 (bf16, D 256).
+// (f16 / bf16, D 128), 102,144 / 135,936 B (D 256); an sm_86 / sm_89 GPU gives a block at most
+// 99 KB (101,376 B), so there D 256 runs RowWarps = 2: 67,968 / 84,864 B (launch/attention.hpp picks
+// by launch::max_shared_bytes(); rows do not depend on each other, so both give the same bits).
+// nvcc 13 (sm_80 / sm_90), 0 spills: 243 / 242 registers (f16, D 128), 249 / 252 (bf16, D 128),
+// 204 / 203 (f16, D 256), 234 / 235 (bf16, D 256); RowWarps = 2: 209 / 208 (f16), 239 / 239 (bf16).
 // HMMA per tile and warp: f16 D 128 64 + 64, bf16 96 + 96 (32 keys); f16 D 256 64 + 32, bf16 96 + 48
 // (16 keys; the scores computed by both warps of a row group).
 #pragma once
@@ -94,7 +95,8 @@ struct attn_prefill_mma_kernel {
   static_assert(HeadDim == 128 || HeadDim == 256, "head_dim 128 or 256");
   static_assert(RowWarps == 4 || RowWarps == 2, "4 row warps, or 2 where shared memory is short");
   // RowWarps row warps of 16 rows; D 256 gives each row group 2 warps of 128 output dims (both compute
-  // the group's scores): 128 accumulators per thread spilled (nvcc 13, sm_90: 255 registers, 540 B)
+  // the group's scores): one warp for all 256 would hold 128 accumulators per thread and spill (nvcc
+  // 13, sm_90: 255 registers, 540 B)
   static constexpr int row_warps = RowWarps, dim_warps = HeadDim / 128, warp_dims = HeadDim / dim_warps;
   static constexpr int threads = warp_size * row_warps * dim_warps;
   static constexpr int min_blocks_per_sm = 1;  // up to 255 registers

@@ -57,7 +57,7 @@ struct gdn_chunk_kernel {
   // Phase 1 (K K^T, Q K^T) holds k_part columns of k and q as bf16 planes; phase 2 reuses the space
   // for A and T in fp32, T's planes and one right-hand side's planes (beta v, then beta e^G k; T in
   // fp32 is built in its space first). d = 128: 100,288 B (phase 2's; 2 blocks per sm_90 SM, 1 per
-  // sm_86 / sm_89 SM), d = 64: 75 KB.
+  // sm_86 / sm_89 SM), d = 64: 75,712 B.
   struct alignas(16) shared_storage {
     float beta[chunk];
     float g[chunk];  // cumulative log-decay G
