@@ -1,8 +1,9 @@
 // arch/math.hpp against float64 references (and its special values); arch/vector_load.hpp round trips,
-// and the sim's report of a read-only (global) load from shared memory.
+// and the sim's report of a read-only or L2 (global) load from shared memory.
 #include <cmath>
 #include <limits>
 
+#include "q35/arch/fence.hpp"
 #include "q35/arch/math.hpp"
 #include "q35/arch/thread.hpp"
 #include "q35/arch/vector_load.hpp"
@@ -111,7 +112,8 @@ TEST_CASE_TEMPLATE("arch: 16-byte vector loads and stores round-trip" * test::ne
 #if Q35_BACKEND_SIM
 // Thread 0 reads a word through one of the read-only (ld.global.nc) loads, from shared memory (mode 0-3:
 // load_4, load_8, load_16, load_16_stream), from global memory (mode 4, the control) or from a global
-// address that is not 16-byte aligned (mode 5, load_16).
+// address that is not 16-byte aligned (mode 5, load_16); or through load_coherent (ld.global.cg) from
+// shared memory (mode 6) or global memory (mode 7, the control).
 struct shared_read_kernel {
   struct params {
     const uint32_t* global;  // [4], 16-byte aligned
@@ -133,11 +135,12 @@ struct shared_read_kernel {
     if (p.mode == 2) v = arch::load_16(from)[0];
     if (p.mode == 3 || p.mode == 4) v = arch::load_16_stream(from)[0];
     if (p.mode == 5) v = arch::load_16(p.global + 1)[0];
+    if (p.mode == 6 || p.mode == 7) v = arch::load_coherent(p.mode == 6 ? s.words : p.global);
     *p.out = v;
   }
 };
 
-TEST_CASE("arch: the sim reports a read-only global load from shared memory, and a misaligned one") {
+TEST_CASE("arch: the sim reports a read-only or L2 global load from shared memory, and a misaligned one") {
   auto global = test::to_device(std::vector<uint32_t>{5, 5, 5, 5});
   auto out = test::poisoned<uint32_t>(1);
   const char* const bits[] = {"32-bit", "64-bit", "128-bit", "128-bit"};
@@ -157,6 +160,14 @@ TEST_CASE("arch: the sim reports a read-only global load from shared memory, and
   CHECK(s.message().find("[warp 0 lane 0]: 128-bit access at an address that is not 16-byte aligned") !=
         std::string::npos);
   Q35_REQUIRE_OK(launch::launch<shared_read_kernel>({global.data(), out.data(), 4}));
+  CHECK(test::to_host(out)[0] == 5u);
+  const status c = launch::launch<shared_read_kernel>({global.data(), out.data(), 6});
+  REQUIRE_FALSE(c.ok());
+  INFO(c.message());
+  CHECK(c.code() == status_code::kernel_fault);
+  CHECK(c.message().find("[warp 0 lane 0]: ld.global.cg (load_coherent) from shared memory") != std::string::npos);
+  Q35_REQUIRE_OK(fill_bytes(out.data(), 0xff, out.bytes()));
+  Q35_REQUIRE_OK(launch::launch<shared_read_kernel>({global.data(), out.data(), 7}));
   CHECK(test::to_host(out)[0] == 5u);
 }
 #endif

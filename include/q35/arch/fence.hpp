@@ -2,6 +2,7 @@
 // the "last block finishes the work" pattern needs (CUDA's threadFenceReduction sample).
 #pragma once
 
+#include "q35/arch/vector_load.hpp"
 #include "q35/core/config.hpp"
 
 #if Q35_BACKEND_SIM
@@ -34,7 +35,11 @@ Q35_DEVICE T load_coherent(const T* p) {
 #if Q35_BACKEND_CUDA
   return __ldcg(p);
 #else
-  if (const sim::store_visibility* v = sim::detail::tls_visibility) {        // options::delay_stores
+  // ld.global.cg of a shared address is a global load of its generic address on the GPU (vector_load.hpp)
+  if (sim::in_block_shared(p, 1))
+    detail::sim_load_fail("ld.global.cg (load_coherent) from shared memory: " +
+                          std::to_string(reinterpret_cast<uintptr_t>(p)));
+  if (const sim::store_visibility* v = sim::detail::tls_visibility) {  // options::delay_stores
     T out;
     if (v->read(p, sizeof(T), &out)) return out;
   }
