@@ -134,6 +134,10 @@ status expert_store::allocate(const io::model_hparams& h, const io::model_weight
     L.home_gu = L.home_gu_mem.data(), L.home_dn = L.home_dn_mem.data();
     L.slot_gu = S ? L.home_gu + int64_t(E) * L.gu_stride : nullptr;
     L.slot_dn = S ? L.home_dn + int64_t(E) * L.dn_stride : nullptr;
+    if (S) {  // the slots are device memory, as on a GPU (the sim checks the spaces copies and kernels use)
+      Q35_TRY(sim_pinned_tail_to_device(L.slot_gu));
+      Q35_TRY(sim_pinned_tail_to_device(L.slot_dn));
+    }
 #endif
     const uint8_t* slot_gu = L.slot_gu;
     const uint8_t* slot_dn = L.slot_dn;

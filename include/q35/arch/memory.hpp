@@ -22,6 +22,9 @@
 #if Q35_BACKEND_CUDA
 #include <cuda_runtime.h>
 #else
+#include <cstdio>
+
+#include "q35/sim/address_space.hpp"
 #include "q35/sim/api_counters.hpp"
 #include "q35/sim/options.hpp"
 #include "q35/sim/visibility.hpp"
@@ -125,24 +128,33 @@ inline void run_lazy_streams() {
   for (sim_stream* s : lazy_streams()) s->run_all();
 }
 
-// The pinned allocations (host_pinned_alloc): a copy on a stream to or from other host memory is
-// pageable, which CUDA does not copy asynchronously.
-struct pinned_ranges {
-  std::mutex m;
-  std::map<uintptr_t, size_t> ranges;  // start -> bytes
-};
-inline pinned_ranges& pinned() {
-  static pinned_ranges p;
-  return p;
-}
-inline bool is_pinned(const void* ptr, size_t bytes) {
-  pinned_ranges& p = pinned();
-  std::lock_guard<std::mutex> lock(p.m);
-  const uintptr_t a = reinterpret_cast<uintptr_t>(ptr);
-  auto it = p.ranges.upper_bound(a);
-  if (it == p.ranges.begin()) return false;
-  --it;
-  return a - it->first <= it->second && bytes <= it->second - (a - it->first);
+// Whether [ptr, ptr + bytes) is pinned host memory (host_pinned_alloc): a copy on a stream to or from
+// other host memory is pageable, which CUDA does not copy asynchronously.
+inline bool is_pinned(const void* ptr, size_t bytes) { return sim::in_space(ptr, bytes, sim::memory_space::pinned); }
+
+// The error of a copy or fill (`what`) whose `side` ("destination", "source") at `p` is not where
+// cudaMemcpyAsync / cudaMemsetAsync need it: in one device allocation (device == true) or outside every
+// device allocation. On the sim all memory is host memory, so such a call would otherwise copy the right
+// bytes; on a GPU it fails (cudaErrorInvalidValue) or reads host memory as a device address.
+inline status check_side(const char* what, const char* side, const void* p, size_t bytes, bool device) {
+  constexpr auto dev = sim::memory_space::device;
+  if (device ? sim::in_space(p, bytes, dev) : !sim::in_space(p, 1, dev)) return status::success();
+  const auto g = sim::allocation_at(p);
+  char addr[32];
+  std::snprintf(addr, sizeof addr, "%p", p);
+  std::string is;
+  if (!g)
+    is = "is host memory outside every device allocation";
+  else if (g->space != sim::memory_space::device)
+    is = "is pinned host memory, not device memory";
+  else if (device)
+    is = "runs past the end of its " + std::to_string(g->bytes) + "-byte device allocation (at byte offset " +
+         std::to_string(reinterpret_cast<uintptr_t>(p) - g->base) + ")";
+  else
+    is = "is device memory";
+  return error(status_code::invalid_argument, std::string("sim: ") + what + ": the " + side + " (" +
+                                                  std::to_string(bytes) + " bytes at " + addr + ") " + is +
+                                                  (device ? "; it must be device memory" : "; it must be host memory"));
 }
 }  // namespace detail
 
@@ -213,7 +225,7 @@ inline status device_alloc(void** ptr, size_t bytes) {
   *ptr = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
   if (!*ptr) return error(status_code::out_of_memory, "sim: cannot allocate " + std::to_string(bytes) + " bytes");
   sim::fill_unwritten(*ptr, bytes);
-  sim::register_allocation(*ptr, bytes);  // for options::delay_stores
+  sim::register_allocation(*ptr, bytes, sim::memory_space::device);  // sim/address_space.hpp
   return status::success();
 #endif
 }
@@ -245,6 +257,8 @@ inline status copy(void* dst, const void* src, size_t bytes, copy_kind kind, str
             : kind == copy_kind::device_to_host ? sim::counters().d2h_copies
                                                 : sim::counters().d2d_copies;
   ++n;
+  Q35_TRY(detail::check_side("copy", "destination", dst, bytes, kind != copy_kind::device_to_host));
+  Q35_TRY(detail::check_side("copy", "source", src, bytes, kind != copy_kind::host_to_device));
   // Pageable host memory (not from host_pinned_alloc), as cudaMemcpyAsync treats it: the bytes to
   // upload are staged before the call returns (a later change of the source does not reach the
   // device), and a download returns only once the copy, after the stream's earlier work, is done.
@@ -279,6 +293,7 @@ inline status fill_bytes(void* dst, int byte, size_t bytes, stream_t stream = nu
   return detail::cuda_status(cudaMemsetAsync(dst, byte, bytes, stream), "cudaMemsetAsync");
 #else
   ++sim::counters().fills;
+  Q35_TRY(detail::check_side("fill", "destination", dst, bytes, true));
   return detail::issue(stream, "a fill", [=] {
     std::memset(dst, byte, bytes);
     return status::success();
@@ -398,8 +413,7 @@ inline status host_pinned_alloc(void** ptr, size_t bytes) {
   if (!*ptr)
     return error(status_code::out_of_memory, "sim: cannot allocate " + std::to_string(bytes) + " pinned bytes");
   sim::fill_unwritten(*ptr, bytes);
-  std::lock_guard<std::mutex> lock(detail::pinned().m);
-  detail::pinned().ranges[reinterpret_cast<uintptr_t>(*ptr)] = bytes;
+  sim::register_allocation(*ptr, bytes, sim::memory_space::pinned);
   return status::success();
 #endif
 }
@@ -411,13 +425,23 @@ inline void host_pinned_free(void* ptr) {
 #else
   if (detail::active_capture()) (void)detail::invalidate_capture("host_pinned_free (cudaFreeHost)");
   detail::run_lazy_streams();  // no queued copy may still read or write it
-  {
-    std::lock_guard<std::mutex> lock(detail::pinned().m);
-    detail::pinned().ranges.erase(reinterpret_cast<uintptr_t>(ptr));
-  }
+  sim::unregister_allocation(ptr);
   std::free(ptr);
 #endif
 }
+
+#if Q35_BACKEND_SIM
+// Sim only: the bytes of the pinned allocation holding `at`, from `at` to its end, become device memory
+// (for sim/address_space.hpp's checks), as in a layout the GPU build makes from a pinned and a device
+// allocation and the sim from one pinned block.
+inline status sim_pinned_tail_to_device(const void* at) {
+  const auto g = sim::allocation_at(at);
+  if (!g || g->space != sim::memory_space::pinned || !sim::split_allocation(at, sim::memory_space::device))
+    return error(status_code::invalid_argument,
+                 "sim_pinned_tail_to_device: the address is not inside a pinned allocation");
+  return status::success();
+}
+#endif
 
 namespace detail {
 struct pinned_memory {

@@ -39,9 +39,11 @@
 #if Q35_BACKEND_SIM
 #include <cxxabi.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 
+#include "q35/sim/address_space.hpp"
 #include "q35/sim/executor.hpp"
 #endif
 
@@ -171,6 +173,18 @@ inline status check_shape(const std::string& name, dim3 grid, dim3 block, int th
 
 #if Q35_BACKEND_SIM
 namespace detail {
+// The error of a launch whose parameters point into host memory a GPU cannot reach
+// (sim/address_space.hpp).
+inline status host_pointer_error(const std::string& kernel, const sim::host_pointer& h) {
+  char addr[32];
+  std::snprintf(addr, sizeof addr, "%#llx", static_cast<unsigned long long>(h.value));
+  return error(status_code::launch_failed,
+               "kernel " + kernel + ": the pointer parameter at byte offset " + std::to_string(h.offset) + " is " +
+                   addr +
+                   ", an address in host memory outside every device and pinned allocation, which a GPU "
+                   "cannot reach (allocate it with device_alloc / device_buffer, or host_pinned_alloc)");
+}
+
 // Runs K's grid on the sim, to completion.
 template <class K>
 status sim_run(dim3 grid, dim3 block, size_t smem, const typename K::params& p) {
@@ -250,6 +264,7 @@ status launch(const typename K::params& p, stream_t stream = nullptr) {
                                                  "-byte limit of the emulated GPU (sim::options::max_shared_bytes; "
                                                  "by default the smallest supported, sm_86 / sm_89)");
   ++sim::counters().launches;  // sim/api_counters.hpp: host calls a test can count
+  if (const auto h = sim::find_host_pointer(p)) return detail::host_pointer_error(kernel_name<K>(), *h);
   // Run now, queued on a lazy stream or recorded into a graph, with a copy of the parameters as they
   // are now (cudaLaunchKernel copies them): whatever the caller's variables hold later does not reach
   // the kernel. A queued kernel's failure is reported by the stream's next synchronize.

@@ -18,33 +18,9 @@
 #include <mutex>
 #include <vector>
 
+#include "q35/sim/address_space.hpp"
+
 namespace q35::sim {
-
-namespace detail {
-
-struct allocation_registry {
-  std::mutex mu;
-  std::map<uintptr_t, size_t> bytes_at;  // base address -> size
-};
-
-inline allocation_registry& allocations() {
-  static allocation_registry r;
-  return r;
-}
-
-}  // namespace detail
-
-// Called by the sim's device_alloc / device_free.
-inline void register_allocation(const void* p, size_t bytes) {
-  auto& r = detail::allocations();
-  std::lock_guard lock(r.mu);
-  r.bytes_at[reinterpret_cast<uintptr_t>(p)] = bytes;
-}
-inline void unregister_allocation(const void* p) {
-  auto& r = detail::allocations();
-  std::lock_guard lock(r.mu);
-  r.bytes_at.erase(reinterpret_cast<uintptr_t>(p));
-}
 
 // The visible image of device memory during one launch in delay_stores mode.
 class store_visibility {
@@ -52,9 +28,10 @@ class store_visibility {
   store_visibility() {
     auto& r = detail::allocations();
     std::lock_guard lock(r.mu);
-    for (const auto& [base, bytes] : r.bytes_at) {
+    for (const auto& [base, g] : r.at) {
+      if (g.space != memory_space::device) continue;
       const auto* p = reinterpret_cast<const unsigned char*>(base);
-      regions_.push_back({base, bytes, std::vector<unsigned char>(p, p + bytes), {}});
+      regions_.push_back({base, g.bytes, std::vector<unsigned char>(p, p + g.bytes), {}});
     }
   }
 
