@@ -17,6 +17,7 @@
 #include "q35/io/model_weights.hpp"
 #include "q35/launch/dequant.hpp"
 #include "q35/quant/format_list.hpp"
+#include "q35/sim/address_space.hpp"
 #include "reference/quant_reference.hpp"
 
 namespace {
@@ -26,6 +27,17 @@ namespace {
 // output, so ASan reports any kernel read past those bytes or write past the n elements. The
 // format's own row size must equal the reader's byte count, and the values must equal the
 // independent host reference bit for bit (NaN matching any NaN). Any failure traps: a finding.
+// Registers [p, p + bytes) as device memory with the sim while it lives.
+struct exact_device_memory {
+  const void* p;
+  exact_device_memory(const void* p_, size_t bytes) : p(p_) {
+    q35::sim::register_allocation(p, bytes, q35::sim::memory_space::device);
+  }
+  ~exact_device_memory() { q35::sim::unregister_allocation(p); }
+  exact_device_memory(const exact_device_memory&) = delete;
+  exact_device_memory& operator=(const exact_device_memory&) = delete;
+};
+
 void dequantize_all(const q35::io::gguf_file& f) {
   for (const q35::io::tensor_info& t : f.tensors()) {
     if (!q35::quant::is_supported(t.type) || t.n_bytes == 0) continue;
@@ -41,6 +53,9 @@ void dequantize_all(const q35::io::gguf_file& f) {
     std::unique_ptr<uint8_t[]> src(new uint8_t[size_t(t.n_bytes)]);
     std::memcpy(src.get(), t.data, size_t(t.n_bytes));
     std::unique_ptr<float[]> dst(new float[size_t(n)]);
+    // device memory of exactly these sizes (device_alloc rounds up to 256 bytes, where ASan would not
+    // see an overrun): registered as such, since a launch refuses host memory (sim/address_space.hpp)
+    const exact_device_memory in(src.get(), size_t(t.n_bytes)), out(dst.get(), size_t(n) * sizeof(float));
     if (!q35::launch::dequant(t.type, src.get(), n, dst.get()).ok()) __builtin_trap();
     const std::vector<float> want = q35::ref::dequantize(t.type, src.get(), n);
     for (int64_t i = 0; i < n; ++i) {
