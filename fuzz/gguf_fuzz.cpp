@@ -22,11 +22,6 @@
 
 namespace {
 
-// Dequantizes every tensor of a supported type through launch::dequant (the sim runs the kernel
-// on the host) from an exact-size copy of the bytes the reader validated into an exact-size
-// output, so ASan reports any kernel read past those bytes or write past the n elements. The
-// format's own row size must equal the reader's byte count, and the values must equal the
-// independent host reference bit for bit (NaN matching any NaN). Any failure traps: a finding.
 // Registers [p, p + bytes) as device memory with the sim while it lives.
 struct exact_device_memory {
   const void* p;
@@ -38,6 +33,11 @@ struct exact_device_memory {
   exact_device_memory& operator=(const exact_device_memory&) = delete;
 };
 
+// Dequantizes every tensor of a supported type through launch::dequant (the sim runs the kernel
+// on the host) from an exact-size copy of the bytes the reader validated into an exact-size
+// output, so ASan reports any kernel read past those bytes or write past the n elements. The
+// format's own row size must equal the reader's byte count, and the values must equal the
+// independent host reference bit for bit (NaN matching any NaN). Any failure traps: a finding.
 void dequantize_all(const q35::io::gguf_file& f) {
   for (const q35::io::tensor_info& t : f.tensors()) {
     if (!q35::quant::is_supported(t.type) || t.n_bytes == 0) continue;

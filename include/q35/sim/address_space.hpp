@@ -21,8 +21,6 @@ namespace q35::sim {
 
 enum class memory_space { device, pinned };
 
-inline const char* space_name(memory_space s) { return s == memory_space::device ? "device" : "pinned host"; }
-
 struct allocation {
   uintptr_t base = 0;
   size_t bytes = 0;
