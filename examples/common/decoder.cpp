@@ -100,7 +100,7 @@ status decoder::plan_step(std::span<const seq_input> inputs) {
     if (in.tokens.size() > 1) order.push_back(&in);
   const bool graph_step = n_decode == int64_t(inputs.size()) && cfg_.use_graphs && !hook_;
   const int64_t decode_cap = cfg_.batch_invariant ? launch::gemv_max_tokens : S;
-  const record_layout rl{max_rows_, max_pages_, S};
+  const record_layout rl{max_rows_, page_entries_, S};
   int32_t* r = staging_.data();
   groups_.clear();
   int64_t row = 0, page = 0, logit_row = 0;
@@ -148,14 +148,14 @@ status decoder::plan_step(std::span<const seq_input> inputs) {
   for (sequence& q : seqs_)
     if (!seen[size_t(&q - seqs_.data())]) q.logits_row = -1;  // rows of this step overwrite the old ones
   staging_in_flight_ = true;
-  return copy(batch_.data(), r, size_t(rl.size()) * sizeof(int32_t), copy_kind::host_to_device, stream());
+  return copy(batch_.data(), r, size_t(rl.pages() + page) * sizeof(int32_t), copy_kind::host_to_device, stream());
 }
 
 status decoder::forward(int64_t n_rows) {
   const io::model_hparams& h = m_->hparams();
   const int64_t e = h.n_embd;
   const int64_t S = cfg_.n_seq_max;
-  const record_layout rl{max_rows_, max_pages_, S};
+  const record_layout rl{max_rows_, page_entries_, S};
   stream_t s = stream();
   auto mark = [&](call c) {
     if (hook_) hook_(c);

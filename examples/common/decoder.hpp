@@ -253,7 +253,6 @@ class decoder {
     int max_seq_tokens = 0;   // longest input
     int64_t max_seq_len = 0;  // longest sequence after the step (graphs: n_ctx)
     int64_t header = 0;       // offset of its header in the batch record
-    int64_t page0 = 0;        // its first page index in the record
     int64_t logit_row0 = 0;   // its first logits row; rows: n (keep_all_logits) or n_seqs
     int64_t logit_rows = 0;
     int64_t first_logit_token = 0;  // rows [row0 + first_logit_token, row0 + n) go to the LM head
@@ -302,13 +301,14 @@ class decoder {
   bool graph_failed_ = false;
   int64_t graph_replays_ = 0;
   uint64_t kv_bytes_ = 0, recurrent_bytes_ = 0;
-  int64_t split_keys_ = 0;  // the decode groups' fixed keys per attention split
-  int64_t max_rows_ = 0;    // rows of a step at most: n_batch + n_seq_max
-  int64_t max_pages_ = 0;   // pages of the pool (the page indices of a step at most)
+  int64_t split_keys_ = 0;    // the decode groups' fixed keys per attention split
+  int64_t max_rows_ = 0;      // rows of a step at most: n_batch + n_seq_max
+  int64_t page_entries_ = 0;  // page indices of a step at most (decoder_record.hpp)
   device_buffer<uint8_t> workspace_;
   device_buffer<float> h_, a_, logits_;
   device_buffer<uint8_t> a16_;  // a_ quantized by the norm for the GEMV's integer path (groups of <= 8 rows)
-  // The batch record of a step (decoder.cpp, record layout) and its pinned staging copy, uploaded whole.
+  // The batch record of a step (decoder_record.hpp) and its pinned staging copy; a step uploads the
+  // entries it uses.
   std::vector<group> groups_;
   device_buffer<int32_t> batch_;
   pinned_buffer<int32_t> staging_;

@@ -1,6 +1,7 @@
 // What a decoder takes and checks: the kernels' limits on a file (check_supported), the buffers of
 // init() and the plan of memory_needed() from one computation, and the shapes the layers run on.
 #include <algorithm>
+#include <cstdint>
 
 #include "decoder.hpp"
 #include "decoder_record.hpp"
@@ -41,7 +42,8 @@ struct buffer_sizes {
   int64_t call_rows = 0;    // rows of one layer call at most: a prompt chunk, or a decode group
   int64_t max_rows = 0;     // rows of a step at most: n_batch + n_seq_max
   int64_t logit_rows = 0;
-  int64_t max_pages = 1;
+  int64_t max_pages = 1;     // pages of the pool, which is also what one sequence can hold
+  int64_t page_entries = 0;  // page indices a step lists at most: n_seq_max * max_pages (shared pages repeat)
   std::optional<kv::kv_pool_shape> kv;     // the KV pool of the full-attention layers
   std::optional<kv::gdn_state_shape> gdn;  // the recurrent slots of the Gated DeltaNet layers
   size_t workspace = 0, a16 = 0, sample_ws = 0;
@@ -88,8 +90,18 @@ buffer_sizes sizes_of(const io::model_hparams& h, const decoder_config& cfg) {
   if (h.n_embd % quant::act16_group_elems == 0)
     z.a16 = quant::act16_bytes(h.n_embd, std::min<int64_t>(rows, launch::gemv_max_tokens));
   z.sample_ws = align_256(launch::sample_workspace_bytes(1, int(h.n_vocab)));
-  z.record = record_layout{z.max_rows, z.max_pages, S}.size();
+  z.page_entries = S * z.max_pages;
+  z.record = record_layout{z.max_rows, z.page_entries, S}.size();
   return z;
+}
+
+// The batch record's page offsets are int32: every sequence holding a full context must fit them.
+status check_record(const buffer_sizes& z, const decoder_config& cfg) {
+  if (z.record <= INT32_MAX) return status::success();
+  return error(status_code::invalid_argument,
+               std::to_string(cfg.n_seq_max) + " sequences of up to " + std::to_string(z.max_pages) +
+                   " pages (context " + std::to_string(cfg.n_ctx) + ") need " + std::to_string(z.page_entries) +
+                   " page entries in a step's record, more than its 32-bit offsets address");
 }
 
 }  // namespace
@@ -186,7 +198,8 @@ status decoder::init(const device_model& m, const decoder_config& cfg) {
 
   // state: KV pages for the full-attention layers (one pool for all sequences), recurrent slots for the
   // GDN layers (one per sequence, then one per prefix checkpoint)
-  max_pages_ = z.max_pages;
+  Q35_TRY(check_record(z, cfg_));
+  page_entries_ = z.page_entries;
   kv_bytes_ = recurrent_bytes_ = 0;
   kv_ = kv::kv_pool();
   rs_ = kv::recurrent_state_pool();
@@ -258,6 +271,7 @@ status decoder::memory_needed(const io::model_hparams& h, const decoder_config& 
   decoder_config c = cfg;
   c.n_batch = std::min(cfg.n_batch, cfg.n_ctx);
   const buffer_sizes z = sizes_of(h, c);
+  Q35_TRY(check_record(z, c));
   out = {};
   out.kv = z.kv ? kv::kv_pool_bytes(*z.kv) : 0;
   out.recurrent = z.gdn ? z.gdn->bytes() : 0;

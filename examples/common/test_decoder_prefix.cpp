@@ -130,7 +130,63 @@ void check_model(const std::string& gguf) {
   CHECK(d.pages_free() == all);
 }
 
+// Two sequences from one checkpoint decode side by side in a pool of 4 pages (64 tokens): each lists the
+// checkpoint's 2 pages and 1 of its own, 6 page indices in a step with 4 pages in the pool. Each one's
+// logits after every joint step equal its run alone, bit for bit (batch_invariant). A record with room
+// for only as many indices as the pool has pages had them overwrite the step's group headers (15.6 off).
+void check_shared_pages(const std::string& gguf, bool graphs) {
+  INFO(gguf);
+  CAPTURE(graphs);
+  const auto l = test::load_model(gguf);
+  const int32_t nv = int32_t(l->model.hparams().n_vocab);
+  gen::decoder_config c = config(1);
+  c.n_ctx = 64, c.use_graphs = graphs;
+  const std::vector<int32_t> prompt = random_tokens(32, nv, 21);
+  const std::vector<int32_t> next[2] = {random_tokens(16, nv, 22), random_tokens(16, nv, 23)};  // to 48 tokens
+  auto feed_alone = [&](int s) {
+    gen::decoder d;
+    Q35_OK(d.init(l->model, c));
+    run_result r = feed_and_generate(d, 0, prompt, 0);
+    for (const int32_t& t : next[s]) {
+      const gen::seq_input in{0, {&t, 1}};
+      Q35_OK(d.step({&in, 1}));
+      r.logits.emplace_back();
+      Q35_OK(d.last_logits(0, r.logits.back()));
+    }
+    return r;
+  };
+  const run_result alone[2] = {feed_alone(0), feed_alone(1)};
+
+  gen::decoder d;
+  Q35_OK(d.init(l->model, c));
+  REQUIRE(d.pages_total() == 4);
+  run_result joint[2];
+  joint[0] = feed_and_generate(d, 0, prompt, 0);
+  int id = -1;
+  Q35_OK(d.save_prefix(0, id));
+  Q35_OK(d.start_from_prefix(1, id));
+  joint[1].logits.push_back(joint[0].logits[0]);  // the prompt's logits, computed once
+  for (size_t i = 0; i < next[0].size(); ++i) {
+    const std::vector<gen::seq_input> in{{0, {&next[0][i], 1}}, {1, {&next[1][i], 1}}};
+    Q35_OK(d.step(in));
+    for (int s = 0; s < 2; ++s) {
+      joint[s].logits.emplace_back();
+      Q35_OK(d.last_logits(s, joint[s].logits.back()));
+    }
+  }
+  CHECK(d.pages_free() == 0);  // 2 shared pages and 1 own for each sequence: the pool is full
+  check_same(alone[0], joint[0]);
+  check_same(alone[1], joint[1]);
+}
+
 }  // namespace
+
+TEST_CASE("decoder prefix: sequences sharing a checkpoint's pages list more page indices than the pool has") {
+  for (const char* gguf : test::q4km_fixtures) {
+    check_shared_pages(gguf, true);
+    check_shared_pages(gguf, false);
+  }
+}
 
 TEST_CASE("decoder prefix: a sequence started from a checkpoint equals the cold run, bit for bit") {
   for (const char* gguf : test::q4km_fixtures) check_model(gguf);
