@@ -210,6 +210,9 @@ std::optional<host_pointer> host_pointer_in(const M& m, const unsigned char* bas
 // cannot reach. Only pointer members are looked at, so integers, seeds and padding never count.
 template <class Params>
 std::optional<host_pointer> find_host_pointer(const Params& p) {
+  // a class with constructors or private members would not be looked into, and its pointers not checked
+  static_assert(std::is_aggregate_v<Params>,
+                "a kernel's parameters must be an aggregate (the sim checks its pointers)");
   return detail::host_pointer_in(p, reinterpret_cast<const unsigned char*>(&p));
 }
 
