@@ -18,8 +18,9 @@ namespace q35::bench {
 // Skips the benchmark (with a message) where no timing is meaningful: the sim, or no visible GPU.
 inline bool skip_without_gpu(benchmark::State& state) {
 #if Q35_BACKEND_CUDA
-  if (device_available()) return false;
-  state.SkipWithError("no CUDA device visible: GPU benchmarks skipped");
+  const status s = device_status();
+  if (s.ok()) return false;
+  state.SkipWithError((s.message() + ": GPU benchmarks skipped").c_str());
 #else
   state.SkipWithError("sim backend: timings on the host emulator mean nothing; build with CUDA and run on a GPU");
 #endif

@@ -10,8 +10,8 @@
 
 int main(int argc, char** argv) {
   std::printf("q35 tests, backend: %s\n", Q35_BACKEND_NAME);
-  if (!q35::device_available())
-    std::printf("no CUDA device visible: the cases that run kernels are skipped (host-only cases still run)\n");
+  if (const q35::status s = q35::device_status(); !s.ok())
+    std::printf("%s: the cases that run kernels are skipped (host-only cases still run)\n", s.message().c_str());
   doctest::Context ctx;
   ctx.applyCommandLine(argc, argv);
   return ctx.run();

@@ -280,7 +280,10 @@ status decoder::step(std::span<const seq_input> inputs, std::vector<float>* host
       graphs_[size_t(k)] = std::make_unique<launch_graph>();
       gr = graphs_[size_t(k)].get();
       const status c = gr->capture(stream(), [&] { return forward(rows); });
-      if (!c.ok()) graph_failed_ = true;  // a failed capture (e.g. a call that invalidates it) runs eagerly
+      if (!c.ok()) {  // a failed capture (e.g. a call that invalidates it) runs eagerly, and says why
+        graph_failed_ = true;
+        graph_failure_ = "capturing the decode step of " + std::to_string(k) + " sequence(s): " + c.to_string();
+      }
     }
     if (gr->ready()) {
       Q35_TRY(gr->replay(stream()));

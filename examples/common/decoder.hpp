@@ -226,6 +226,9 @@ class decoder {
   // Whether decode-only steps replay recorded graphs (CUDA), and how many steps did.
   bool graphs_active() const;
   int64_t graph_replays() const { return graph_replays_; }
+  // Why decode steps stopped being recorded as graphs: the failed capture's message (empty while none
+  // failed). The steps run eagerly after it, with the same results.
+  const std::string& graph_failure() const { return graph_failure_; }
   stream_t stream() const { return stream_.get(); }
 
   // Benchmark hook (--bench): while set, steps run eagerly (no graph) and `mark(c)` is called on the host
@@ -299,6 +302,7 @@ class decoder {
   owned_stream stream_;
   std::vector<std::unique_ptr<launch_graph>> graphs_;  // [n decode rows]: the decode-only step of that size
   bool graph_failed_ = false;
+  std::string graph_failure_;
   int64_t graph_replays_ = 0;
   uint64_t kv_bytes_ = 0, recurrent_bytes_ = 0;
   int64_t split_keys_ = 0;    // the decode groups' fixed keys per attention split

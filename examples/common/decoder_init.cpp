@@ -166,6 +166,7 @@ status decoder::init(const device_model& m, const decoder_config& cfg) {
   graphs_.clear();
   graphs_.resize(size_t(S + 1));
   graph_failed_ = false;
+  graph_failure_.clear();
   graph_replays_ = 0;
 
   // per-layer index among layers of its kind

@@ -150,7 +150,7 @@ double measure_zero_copy_gbps() {
 device_facts query_device(bool host_experts) {
   device_facts d;
 #if Q35_BACKEND_CUDA
-  if (!device_available()) throw std::runtime_error("--bench: no CUDA device visible");
+  check(device_status(), "--bench");
   cudaDeviceProp p{};
   int dev = 0;
   check(detail::cuda_status(cudaGetDevice(&dev), "cudaGetDevice"), "--bench");
@@ -226,6 +226,7 @@ class model_bench {
 
   uint64_t recurrent_bytes() const { return dec_.recurrent_bytes(); }
   bool graphs() const { return dec_.graphs_active(); }
+  const std::string& graph_failure() const { return dec_.graph_failure(); }
 
   // Warm-up: a short prompt and a few steps (records the decode graph), then a fresh sequence.
   void warm_up() {
@@ -406,6 +407,7 @@ void run_model(model_result& r, const gen::device_model& m,
   r.state_bytes_per_token = 2.0 * double(b.recurrent_bytes());  // GDN state read + written
   b.warm_up();
   r.graphs = b.graphs();
+  r.graph_failure = b.graph_failure();
   for (int64_t p : plan.prompts) {
     r.prefill.push_back(b.prefill(p));
     std::fprintf(stderr, "  %s pp%lld: %.1f tok/s\n", r.name.c_str(), (long long)p, r.prefill.back().tok_s);

@@ -85,8 +85,9 @@ void write_json(const std::string& path, const device_facts& dev, const bench_pl
     }
     f << ", \"vram_budget\": " << r.budget << ", \"expert_slots\": " << r.slots << ", \"n_experts\": " << r.n_experts
       << ", \"host_expert_bytes\": " << r.host_bytes << ", \"plan\": \"" << json_escape(r.plan) << "\",\n     ";
-    f << "\"weight_bytes\": " << r.weight_bytes << ", \"cuda_graphs\": " << (r.graphs ? "true" : "false")
-      << ",\n     \"weight_bytes_per_token\": " << num(r.weight_bytes_per_token, 0)
+    f << "\"weight_bytes\": " << r.weight_bytes << ", \"cuda_graphs\": " << (r.graphs ? "true" : "false");
+    if (!r.graph_failure.empty()) f << ", \"cuda_graph_failure\": \"" << json_escape(r.graph_failure) << "\"";
+    f << ",\n     \"weight_bytes_per_token\": " << num(r.weight_bytes_per_token, 0)
       << ", \"gdn_state_bytes_per_token\": " << num(r.state_bytes_per_token, 0) << ",\n     \"prefill\": [";
     for (size_t k = 0; k < r.prefill.size(); ++k)
       f << (k ? ", " : "") << "{\"tokens\": " << r.prefill[k].tokens << ", \"tok_s\": " << num(r.prefill[k].tok_s, 1)
@@ -161,6 +162,7 @@ void print_table(std::ostream& out, const device_facts& dev, const bench_plan& p
             << " promotions/tok;";
       out << "\n";
     }
+    if (!r.graph_failure.empty()) out << "    no CUDA graphs: " << r.graph_failure << "\n";
     for (const context_result& d : r.decode) {
       out << "    step @ ctx " << d.context << " (us, eager, split by call):";
       for (int c = 0; c < n_cat; ++c)

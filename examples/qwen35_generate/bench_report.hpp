@@ -83,6 +83,7 @@ struct model_result {
   std::vector<prefill_result> prefill;
   std::vector<context_result> decode;
   bool graphs = false;
+  std::string graph_failure;  // why decode steps ran without graphs (decoder::graph_failure), if one failed
 };
 
 // " @ 24.0 GiB": the budget a model ran under, or nothing.

@@ -209,6 +209,8 @@ void print_timings(const timings& t, const gen::device_model& m, const gen::deco
                io::format_bytes(m.weight_bytes()).c_str(), io::format_bytes(d.kv_bytes()).c_str(),
                io::format_bytes(d.recurrent_bytes()).c_str(), io::format_bytes(d.workspace_bytes()).c_str(),
                Q35_BACKEND_NAME);
+  if (!d.graph_failure().empty())
+    std::fprintf(stderr, "%s: decode steps ran without CUDA graphs: %s\n", "q35", d.graph_failure().c_str());
 }
 
 }  // namespace

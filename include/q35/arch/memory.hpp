@@ -314,17 +314,23 @@ inline status synchronize(stream_t stream = nullptr) {
 #endif
 }
 
-// Whether kernels can run here: always on sim; on cuda, when a device is visible.
-inline bool device_available() {
+// Whether kernels can run here, and if not why: always on sim; on cuda, when a device is visible.
+// The error names the runtime's reason (cudaErrorNoDevice, cudaErrorInsufficientDriver: a driver older
+// than the toolkit, ...), so that a machine that cannot run kernels says which of these it is.
+inline status device_status() {
 #if Q35_BACKEND_CUDA
   int n = 0;
-  if (cudaGetDeviceCount(&n) == cudaSuccess) return n > 0;
-  (void)cudaGetLastError();  // "no device" is this function's answer, not a pending error
-  return false;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e == cudaSuccess && n > 0) return status::success();
+  (void)cudaGetLastError();  // this function's answer, not a pending error
+  if (e == cudaSuccess) return error(status_code::launch_failed, "no CUDA device visible (cudaGetDeviceCount: 0)");
+  return error(status_code::launch_failed, std::string("no CUDA device usable: cudaGetDeviceCount: ") +
+                                               cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
 #else
-  return true;
+  return status::success();
 #endif
 }
+inline bool device_available() { return device_status().ok(); }
 
 namespace detail {
 
