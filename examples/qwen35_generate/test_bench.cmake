@@ -4,12 +4,7 @@
 # decode row per context, finite logits and a positive step split. Bad --bench flags exit 1.
 cmake_minimum_required(VERSION 3.24)
 
-set(failures 0)
-function(fail msg)
-  message(SEND_ERROR "${msg}")
-  math(EXPR n "${failures} + 1")
-  set(failures ${n} PARENT_SCOPE)
-endfunction()
+include("${CMAKE_CURRENT_LIST_DIR}/test_fail.cmake")  # fail(), finish()
 
 # Synthetic models (the sim defaults: tiny-dense and tiny-moe, contexts 0 and 48, pp32, tg4).
 set(json "${Q35_WORK_DIR}/bench_sim_test.json")
@@ -196,6 +191,4 @@ else()
   endif()
 endif()
 
-if(failures GREATER 0)
-  message(FATAL_ERROR "${failures} --bench check(s) failed")
-endif()
+finish("--bench")

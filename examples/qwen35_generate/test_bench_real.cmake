@@ -11,12 +11,7 @@
 # Each run must exit 0 with finite logits (the bench exits 1 otherwise).
 cmake_minimum_required(VERSION 3.24)
 
-set(failures 0)
-function(fail msg)
-  message(SEND_ERROR "${msg}")
-  math(EXPR n "${failures} + 1")
-  set(failures ${n} PARENT_SCOPE)
-endfunction()
+include("${CMAKE_CURRENT_LIST_DIR}/test_fail.cmake")  # fail(), finish()
 
 function(check_finite json n_models)
   file(READ "${json}" j)
@@ -82,6 +77,4 @@ else()
   endif()
 endif()
 
-if(failures GREATER 0)
-  message(FATAL_ERROR "${failures} real-shape --bench check(s) failed")
-endif()
+finish("real-shape --bench")
