@@ -13,6 +13,7 @@
 #include <httplib.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
@@ -535,9 +536,20 @@ int run(const srv::options& opt) {
   const int32_t fold = synth && h.n_vocab > uint32_t(tok.n_vocab()) ? tok.n_vocab() : 0;
   server s(opt, tok, sched, synth ? synth->key : base_name(opt.model_path), n_ctx, dec.pages_total(), fold);
   s.routes(http);
+  // cpp-httplib (Debian's is a compiled library) listens with a backlog of 5: a burst of clients
+  // connecting at once (the load benchmark's 32 or 64) overflowed the accept queue, and some of those
+  // connections were reset (the clients saw read errors). Listening again on the bound socket raises
+  // the backlog (Linux; the kernel caps it at net.core.somaxconn).
+  socket_t listen_fd = INVALID_SOCKET;
+  http.set_socket_options([&](socket_t fd) {
+    httplib::default_socket_options(fd);
+    listen_fd = fd;  // the last socket made is the one that bound
+  });
   const int port =
       opt.port == 0 ? http.bind_to_any_port(opt.host) : (http.bind_to_port(opt.host, opt.port) ? opt.port : -1);
   if (port < 0) throw std::runtime_error("cannot listen on " + opt.host + ":" + std::to_string(opt.port));
+  if (listen_fd == INVALID_SOCKET || ::listen(listen_fd, SOMAXCONN) != 0)
+    std::cerr << "qwen35_server: warning: could not raise the listen backlog; bursts of connections may be refused\n";
   std::cout << "qwen35_server: " << matched << ", " << opt.n_parallel << " sequences, " << n_ctx
             << " tokens of KV pool, " << opt.prefix_cache << " prefix checkpoints of " << mib(dec.recurrent_bytes())
             << " MiB; listening on http://" << opt.host << ':' << port << std::endl;
