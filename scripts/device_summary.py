@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Prints the short tables of a scripts/device_check.sh run from the JSON files in its log folder:
 kernel benchmarks (bench.json), end to end (e2e.json), experts in host memory (e2e_vram.json) and
-serving (server_bench.json). A missing or broken file is one line, not an error.
+serving (server_bench.json, server_bench_fast.json). A missing or broken file is one line, not an error.
     python3 scripts/device_summary.py LOG_DIR
 """
 import json
@@ -80,8 +80,8 @@ def vram(data):
                   f"{d.get('host_bytes_per_token', 0) / 1e6:11.1f} {d['roofline_pct'] or 0:6.1f}  {same}")
 
 
-def server(data):
-    print(f"\nserving ({data.get('model')}):")
+def server(data, label=""):
+    print(f"\nserving ({data.get('model')}{label}):")
     print(f"{'scenario':26s} {'req':>5s} {'conc':>4s} {'err':>3s} {'req/s':>8s} {'tok/s':>9s} "
           f"{'TTFT p50':>9s} {'p95 ms':>8s} {'ITL p50':>8s} {'p95 ms':>7s}")
     for r in data.get("reports", []):
@@ -101,7 +101,9 @@ def main():
     for name, what, show in (("bench.json", "kernel benchmark results", kernels),
                              ("e2e.json", "end-to-end results", e2e),
                              ("e2e_vram.json", "--vram results", vram),
-                             ("server_bench.json", "serving results", server)):
+                             ("server_bench.json", "serving results", server),
+                             ("server_bench_fast.json", "serving results without batch invariance",
+                              lambda d: server(d, ", --no-batch-invariant"))):
         data = load(os.path.join(logs, name), what)
         if data is not None:
             try:
