@@ -532,7 +532,12 @@ int run(const srv::options& opt) {
   check(sched.run(), "starting the scheduler");
 
   httplib::Server http;
-  http.new_task_queue = [] { return new httplib::ThreadPool(64); };  // streams hold a thread each
+  // A connection holds a pool thread while its request runs or waits for a sequence: the pool has one
+  // for every request the scheduler may hold (-np running, --queue waiting) and spares for the ones
+  // answered at once (/health, /metrics, 503 past the queue, 4xx). With fewer, requests past the pool
+  // waited for a thread instead of getting their 503, and so did /health.
+  const size_t n_threads = size_t(opt.n_parallel) + opt.max_queue + srv::spare_http_threads;
+  http.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
   const int32_t fold = synth && h.n_vocab > uint32_t(tok.n_vocab()) ? tok.n_vocab() : 0;
   server s(opt, tok, sched, synth ? synth->key : base_name(opt.model_path), n_ctx, dec.pages_total(), fold);
   s.routes(http);

@@ -23,7 +23,8 @@ const char* const usage_text =
     "  --api-key KEY          require 'Authorization: Bearer KEY' (all endpoints but /health)\n"
     "  -ctk, -ctv TYPE        KV cache element type: f32, f16 (default), bf16\n"
     "  --timeout N            read/write timeout of a connection in seconds (default 600)\n"
-    "  --queue N              requests waiting for a sequence at most; more get 503 (default 64)\n"
+    "  --queue N              requests waiting for a sequence at most; more get 503 (default 64;\n"
+    "                         -np + --queue at most 4096)\n"
     "  --no-batch-invariant   faster batches whose rows may differ in the last bits with their company\n"
     "  --prefix-cache N       prefix checkpoints kept for reuse across requests, each one recurrent state\n"
     "                         in device memory (size printed at start) and the KV pages of its tokens\n"
@@ -134,6 +135,9 @@ options parse_args(int argc, char** argv) {
   if (o.model_path.empty()) bad_usage("-m FILE is required");
   if (o.cache_type_k != o.cache_type_v)
     bad_usage("-ctk and -ctv must name the same type (the KV pool holds one element type)");
+  if (size_t(o.n_parallel) + o.max_queue > max_held_requests)
+    bad_usage("-np " + std::to_string(o.n_parallel) + " plus --queue " + std::to_string(o.max_queue) + " exceed the " +
+              std::to_string(max_held_requests) + " requests the server holds at once (a connection thread each)");
   return o;
 }
 

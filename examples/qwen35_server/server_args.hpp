@@ -11,6 +11,11 @@
 
 namespace q35::server {
 
+// Requests running (-np) plus waiting (--queue) at most: each holds a connection thread of the HTTP
+// pool, which has that many plus spares for the requests answered at once.
+inline constexpr size_t max_held_requests = 4096;
+inline constexpr size_t spare_http_threads = 8;
+
 struct options {
   std::string model_path;
   std::string host = "127.0.0.1";

@@ -8,7 +8,8 @@ fields, bad max_tokens, empty messages, invalid UTF-8, a 100 MB body, a wrong AP
 a prompt longer than the context), a client that disconnects mid-stream (its request is cancelled and
 its pages come back), a shared system prompt reused across requests, a burst of 64 connections at once
 (the listen backlog holds them), and at the end /health is 200 and /metrics shows no page in use but
-the prefix checkpoints'.
+the prefix checkpoints'. Then a second server, full (-np 2 --queue 70, 80 requests): the 8 past its
+queue get 503 at once and /health answers.
 
 usage: test_server_e2e.py SERVER_BINARY MODEL.gguf
 """
@@ -21,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import openai
@@ -95,6 +97,73 @@ def connection_burst(proc, port, n):
         proc.send_signal(signal.SIGCONT)
         for c in socks:
             c.close()
+
+
+def overload_check(binary, model):
+    """A server holding as many requests as -np + --queue allow: the next ones get 503 with Retry-After at
+    once and /health still answers (each held request keeps a connection thread; the pool must have more).
+    Also: -np + --queue past what the server holds is a usage error that names the limit."""
+    r = subprocess.run([binary, "-m", model, "-np", "4000", "--queue", "100"], capture_output=True, text=True)
+    first = (r.stderr.splitlines() or [""])[0]
+    check(r.returncode != 0 and "-np 4000 plus --queue 100 exceed the 4096 requests" in first,
+          f"-np 4000 --queue 100: a usage error naming the limit (rc={r.returncode}): {first!r}")
+    proc = subprocess.Popen([binary, "-m", model, "--port", "0", "-np", "2", "--queue", "70", "-c", "2048", "-b", "8",
+                             "--prefix-cache", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", proc.stdout.readline())
+    if not m:
+        proc.kill()
+        check(False, "the overload server started")
+        return
+    port = int(m.group(1))
+    release, lock, statuses = threading.Event(), threading.Lock(), []
+    body = json.dumps({"messages": [{"role": "user", "content": "Count to a thousand."}], "max_tokens": 1000,
+                       "stream": True}).encode()
+
+    def client():
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        try:
+            conn.request("POST", "/v1/chat/completions", body=body, headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()  # a queued request waits here
+            with lock:
+                statuses.append((resp.status, resp.getheader("Retry-After")))
+            release.wait()
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=client) for _ in range(80)]
+    try:
+        for t in threads:
+            t.start()
+        # every request is answered at once: a stream's headers as it is queued (200), or 503 past the
+        # queue (at least 8; a few more while the scheduler has yet to move the first two to a sequence)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(statuses) < 80:
+            time.sleep(0.1)
+        with lock:
+            busy = [h for s, h in statuses if s == 503]
+            held = sum(s == 200 for s, _ in statuses)
+        check(len(statuses) == 80 and len(busy) >= 8 and held >= 70 and all(h == "1" for h in busy),
+              f"80 requests at -np 2 --queue 70: all answered, >= 8 with 503 and Retry-After, >= 70 held "
+              f"(got {len(statuses)} answers: {held} x 200, {len(busy)} x 503)")
+        t0 = time.monotonic()
+        try:
+            s, _, _ = raw(port, "GET", "/health", key=None)
+        except OSError as e:
+            s = repr(e)
+        check(s == 200 and time.monotonic() - t0 < 10, f"/health while 72 requests are held: {s}")
+    finally:
+        release.set()
+        proc.terminate()
+        try:
+            proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            check(False, "the overload server stops on SIGTERM")
+        for t in threads:
+            t.join()
 
 
 def chat_text(msg):
@@ -262,6 +331,7 @@ def main():
             out, _ = proc.communicate()
             failures.append("the server did not stop on SIGTERM")
         check(proc.returncode == 0, f"the server exits 0 on SIGTERM (got {proc.returncode}): {out[-500:]}")
+    overload_check(binary, model)
     if failures:
         print(f"{len(failures)} check(s) failed")
         return 1
