@@ -38,25 +38,13 @@ struct attn_params {
   float* out;                       // [n_tokens][n_heads][HeadDim]: o * sigmoid(gate) (n_splits == 1)
   float* part_o;                    // [n_splits][n_tokens * n_heads][HeadDim]: normalised partial o (n_splits > 1)
   float* part_lse;                  // [n_splits][n_tokens * n_heads]: log-sum-exp of the scores, -inf if none
-                                    // (the partial o of such a row may be left unwritten)
   int64_t n_tokens;
   int n_heads, n_kv_heads, page_shift;              // page_tokens = 1 << page_shift (attn_paged: a multiple of U)
   int heads_per_block, n_chunks, tokens_per_block;  // heads_per_block * tokens_per_block <= the kernel's rows
-  // split i: keys [i * k, (i+1) * k) with k = split_keys (a multiple of 4) or, where split_keys is 0, k from
-  // the sequence's own length (attn_split_keys)
-  int n_splits, split_keys, min_split_keys;
+  int n_splits, split_keys;  // split i: keys [i * split_keys, (i+1) * split_keys) (attn_paged: split_keys % U == 0)
   int n_seqs, max_seq_tokens;
   float scale;  // 1 / sqrt(head_dim)
 };
-
-// Keys per split of sequence seq: p.split_keys, or (0) its seq_lens entry cut into at most n_splits whole
-// 4-key groups of at least min_split_keys keys. Either way a row's splits depend on its own sequence only.
-template <class T>
-Q35_DEVICE int attn_split_keys(const attn_params<T>& p, int seq) {
-  if (p.split_keys > 0) return p.split_keys;
-  const int per = ceil_div(int(p.seq_lens[seq]), p.n_splits);
-  return std::max(p.min_split_keys, (per + 3) / 4 * 4);
-}
 
 template <class T, int HeadDim, int Rows>
 struct attn_paged_kernel {
@@ -107,17 +95,8 @@ struct attn_paged_kernel {
       kmax = std::max(kmax, lim[r]);
     }
     kmax = std::min(kmax, int(p.seq_lens[seq]));
-    const int split_keys = attn_split_keys(p, seq);
-    const int kb = split * split_keys;
-    const int ke = std::min(kb + split_keys, kmax);
-    const int64_t n_rows = p.n_tokens * p.n_heads;
-    if (kb >= ke && p.n_splits > 1) {  // an empty split (past the sequence's end): only "no keys" for the merge
-      for (int r = arch::thread_rank(); r < p.heads_per_block * p.tokens_per_block; r += threads)
-        if (r / p.heads_per_block < n_t && r % p.heads_per_block < n_h)
-          p.part_lse[split * n_rows + (tok0 + t_first + r / p.heads_per_block) * p.n_heads + h_first +
-                     r % p.heads_per_block] = -INFINITY;
-      return;
-    }
+    const int kb = split * p.split_keys;
+    const int ke = std::min(kb + p.split_keys, kmax);
 
     const int stream = arch::thread_rank() / lanes, sl = arch::thread_rank() % lanes;
     // q scaled by 1 / sqrt(head_dim), the lane's dims of each row
@@ -193,6 +172,7 @@ struct attn_paged_kernel {
       }
     }
     arch::sync_block();
+    const int64_t n_rows = p.n_tokens * p.n_heads;
     for (int idx = arch::thread_rank(); idx < Rows * HeadDim; idx += threads) {
       const int r = idx / HeadDim, d = idx % HeadDim;
       if (r / p.heads_per_block >= n_t || r % p.heads_per_block >= n_h || r >= p.heads_per_block * p.tokens_per_block)
@@ -211,7 +191,7 @@ struct attn_paged_kernel {
         // out = o * sigmoid(gate)
         p.out[row * HeadDim + d] = on * arch::sigmoid(p.qg[row * 2 * HeadDim + HeadDim + d]);
       } else {
-        if (l > 0.0f) p.part_o[(split * n_rows + row) * HeadDim + d] = on;  // the merge skips -inf rows
+        p.part_o[(split * n_rows + row) * HeadDim + d] = on;
         if (d == 0) p.part_lse[split * n_rows + row] = l > 0.0f ? mx + logf(l) : -INFINITY;
       }
     }
