@@ -1,6 +1,7 @@
 // Paged attention at the Qwen3.5-9B shapes (16 q heads, 4 KV heads, head_dim 256, f16 KV, 16-token
 // pages in shuffled order): decode at contexts 1k-128k for batch 1 and 8 (time, K/V bytes read, % of
-// the measured copy bandwidth; floor = K/V bytes / bandwidth) and prefill (attn_prefill_mma_kernel) of
+// the measured copy bandwidth; floor = K/V bytes / bandwidth), also with the decoder's per-sequence
+// splits (attn_batch::seq_splits), and prefill (attn_prefill_mma_kernel) of
 // 512 / 2048-token prompts and of 512-token chunks after 4k / 16k cached tokens (TFLOPS of the causal
 // Q K^T and P V products, 4 D flops per (row, visible key)).
 // Small caches rotate over several layers' views so every launch reads K/V from HBM. Skips without a GPU.
@@ -21,8 +22,9 @@ using namespace q35;
 [[maybe_unused]] constexpr int n_heads = 16, n_kv_heads = 4, head_dim = 256, page_tokens = 16;
 
 // n_seqs sequences of ctx tokens each (n_new of them new), pages shuffled over the pool, attention
-// decode (n_new == 1) or prefill timed alone (the K/V are whatever the pool holds: 0x3c bytes).
-[[maybe_unused]] void run_attention(benchmark::State& state, int64_t ctx, int n_seqs, int n_new) {
+// decode (n_new == 1) or prefill timed alone (the K/V are whatever the pool holds: 0x3c bytes);
+// seq_splits > 0: attn_batch::seq_splits (the decoder's decode groups), else the automatic split count.
+[[maybe_unused]] void run_attention(benchmark::State& state, int64_t ctx, int n_seqs, int n_new, int seq_splits = 0) {
   if (bench::skip_without_gpu(state)) return;
 #if Q35_BACKEND_CUDA
   const int64_t pages_per_seq = (ctx + page_tokens - 1) / page_tokens;
@@ -63,6 +65,7 @@ using namespace q35;
   }
   launch::attn_batch b{
       d_offs.data(), d_pos.data(), d_rows.data(), d_pages.data(), d_lens.data(), n_seqs, n_tokens, n_new, ctx, 0};
+  b.seq_splits = seq_splits;
   bench::time_launches(state, [&](int i) {
     const launch::attn_core_args a{shape, b, pool.layer(i % n_layers), qg.data(), out.data(), ws.data(), ws.bytes()};
     return n_new == 1 ? launch::attention_decode(a) : launch::attention_prefill(a);
@@ -79,12 +82,17 @@ using namespace q35;
   }
   state.SetLabel(bench::device_name() + ", " + std::to_string(n_layers) + " layer views rotated");
 #else
-  (void)ctx, (void)n_seqs, (void)n_new;
+  (void)ctx, (void)n_seqs, (void)n_new, (void)seq_splits;
 #endif
 }
 
 // args {context, batch}
 void bm_attention_decode(benchmark::State& state) { run_attention(state, state.range(0), int(state.range(1)), 1); }
+// args {context, batch, seq_splits}: decode as the decoder runs it (128 splits per sequence alone, 32 in
+// a batch-invariant group of 8), to compare with the automatic choice above at the same shape
+void bm_attention_decode_seq_splits(benchmark::State& state) {
+  run_attention(state, state.range(0), int(state.range(1)), 1, int(state.range(2)));
+}
 // args {prompt tokens}: a whole prompt into an empty cache, one sequence
 void bm_attention_prefill(benchmark::State& state) { run_attention(state, state.range(0), 1, int(state.range(0))); }
 // args {context, new tokens}: a chunk of a prompt after the cached rest of it, one sequence
@@ -95,6 +103,16 @@ void bm_attention_prefill_chunk(benchmark::State& state) {
 BENCHMARK(bm_attention_decode)
     ->ArgsProduct({{1024, 8192, 32768, 131072}, {1, 8}})
     ->ArgNames({"ctx", "batch"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(bm_attention_decode_seq_splits)
+    ->Args({1024, 1, 128})
+    ->Args({8192, 1, 128})
+    ->Args({32768, 1, 128})
+    ->Args({1024, 8, 32})
+    ->Args({8192, 8, 32})
+    ->Args({32768, 8, 32})
+    ->ArgNames({"ctx", "batch", "splits"})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(bm_attention_prefill)->Arg(512)->Arg(2048)->ArgName("tokens")->UseManualTime()->Unit(benchmark::kMicrosecond);

@@ -203,7 +203,7 @@ status decoder::forward(int64_t n_rows) {
         a.batch.n_tokens = n;
         a.batch.max_seq_tokens = g.max_seq_tokens;
         a.batch.max_seq_len = g.max_seq_len;
-        if (g.decode) a.batch.split_keys = int(split_keys_);
+        if (g.decode) a.batch.seq_splits = decode_splits(n);
         a.kv = kv_.layer(attn_index_[il]);
         a.x = ag, a.h = hg, a.maybe_x16 = a16, a.row_invariant = cfg_.batch_invariant;
         a.workspace = workspace_.data(), a.workspace_bytes = workspace_.bytes();
@@ -261,6 +261,15 @@ status decoder::forward(int64_t n_rows) {
   return status::success();
 }
 
+int decoder::decode_splits(int64_t n) const {
+  const int64_t rows =
+      cfg_.batch_invariant ? std::min<int64_t>(cfg_.n_seq_max, launch::gemv_max_tokens) : std::max<int64_t>(n, 1);
+  // no more than a full context can use (splits hold >= attn_min_split_keys keys): the same splits, fewer
+  // blocks that would exit at once
+  const int64_t usable = (cfg_.n_ctx + launch::attn_min_split_keys - 1) / launch::attn_min_split_keys;
+  return int(std::clamp<int64_t>(std::min(launch::attn_split_row_budget / rows, usable), 1, launch::attn_max_splits));
+}
+
 status decoder::step(std::span<const seq_input> inputs, std::vector<float>* host_logits) {
   if (!m_) return error(status_code::invalid_argument, "decoder: not initialised");
   Q35_TRY(plan_step(inputs));
@@ -273,8 +282,8 @@ status decoder::step(std::span<const seq_input> inputs, std::vector<float>* host
   const int64_t k = int64_t(inputs.size());
   if (rows == k && cfg_.use_graphs && !graph_failed_ && !hook_) {
     // Decode-only step of k sequences: every launch depends only on device data and on bounds that do not
-    // change from step to step (the attention splits are sized for the whole context), so it is recorded
-    // once per k and replayed.
+    // change from step to step (attention cuts each sequence's keys by its length on the device, in a
+    // fixed number of splits), so it is recorded once per k and replayed.
     launch_graph* gr = graphs_[size_t(k)].get();
     if (!gr) {
       graphs_[size_t(k)] = std::make_unique<launch_graph>();

@@ -19,12 +19,12 @@
 // (decode rows) in groups of at most launch::gemv_max_tokens (8), each longer input (a prompt chunk)
 // alone. Within a decode group every row is computed as it would be alone: the GEMV sums each row in the
 // same order at 1..8 tokens and its calls ask for row_invariant (Q6_K rows whose one-token products would
-// take narrow integer items take the float path instead), attention splits cover a fixed key count
-// (split_keys), the Gated DeltaNet recurrence, the MoE decode kernels and the router are per row. The
-// cost: more than 8 decoding sequences read the weights once per group of 8, and the few Q6_K shapes
-// lose their one-token integer path. Without it one decode group takes every one-token input (past 8
-// rows the tensor-core GEMM, whose rows round differently from the GEMV's) and one-token steps take the
-// fastest path, so a row may differ in its last bits with the company it keeps.
+// take narrow integer items take the float path instead), attention cuts each sequence's keys into a
+// fixed number of splits by its own length (attn_batch::seq_splits), the Gated DeltaNet recurrence, the MoE decode
+// kernels and the router are per row. The cost: more than 8 decoding sequences read the weights once per group of 8,
+// and the few Q6_K shapes lose their one-token integer path. Without it one decode group takes every one-token input
+// (past 8 rows the tensor-core GEMM, whose rows round differently from the GEMV's) and one-token steps take the fastest
+// path, so a row may differ in its last bits with the company it keeps.
 #pragma once
 
 #include <cstdint>
@@ -269,6 +269,10 @@ class decoder {
   status sync() const;
   // Every launch of one forward pass over the planned groups: what a graph records.
   status forward(int64_t n_rows);
+  // Attention splits per sequence of a decode group of n rows (attn_batch::seq_splits): as many as the
+  // split partials hold for the largest decode group when batch_invariant (every group the same, so a
+  // row's splits do not depend on its company), else for this group's rows; at most what -c can use.
+  int decode_splits(int64_t n) const;
   status copy_sequence_kv(int seq, std::vector<uint8_t>& blob, bool to_host, int64_t n_tokens) const;
   launch::attn_shape attn_shape() const;
   launch::gdn_shape gdn_shape() const;
@@ -305,7 +309,6 @@ class decoder {
   std::string graph_failure_;
   int64_t graph_replays_ = 0;
   uint64_t kv_bytes_ = 0, recurrent_bytes_ = 0;
-  int64_t split_keys_ = 0;    // the decode groups' fixed keys per attention split
   int64_t max_rows_ = 0;      // rows of a step at most: n_batch + n_seq_max
   int64_t page_entries_ = 0;  // page indices of a step at most (decoder_record.hpp)
   device_buffer<uint8_t> workspace_;

@@ -186,16 +186,10 @@ status decoder::init(const device_model& m, const decoder_config& cfg) {
     if (moe) moe_layers_.push_back(int(il));
   }
 
-  // Rows of one layer call at most: a prompt chunk, or a decode group. A decode group's attention splits
-  // cover a fixed number of keys (so a row's splits do not depend on its group): as few as the split
-  // limits allow for the whole context, at least attn_min_split_keys.
+  // Rows of one layer call at most: a prompt chunk, or a decode group.
   const buffer_sizes z = sizes_of(h, cfg_);
   const int64_t call_rows = z.call_rows;
   max_rows_ = z.max_rows;
-  const int64_t max_splits =
-      std::min<int64_t>(launch::attn_max_splits, std::max<int64_t>(1, launch::attn_split_row_budget / z.decode_rows));
-  split_keys_ = std::max<int64_t>(launch::attn_min_split_keys, (cfg.n_ctx + max_splits - 1) / max_splits);
-  split_keys_ = (split_keys_ + 3) / 4 * 4;
 
   // state: KV pages for the full-attention layers (one pool for all sequences), recurrent slots for the
   // GDN layers (one per sequence, then one per prefix checkpoint)

@@ -294,9 +294,10 @@ TEST_CASE("decoder: a decode step is one upload (also on a new page), one downlo
 
 // A decode step's graph is recorded once, for the step after the prompt, and replayed while the
 // sequences grow: split-KV attention must then cover keys past the last split the capture-time length
-// needed (the decoder sizes the splits for the whole context). A 60-token prompt and 12 greedy steps
-// cross 64 keys, the smallest split, after the capture; the replayed steps equal the same steps with
-// every launch issued directly, bit for bit, on the dense and interleaved fixtures (f16 KV).
+// needed (the kernel cuts each sequence by its current length, attn_batch::seq_splits). A 60-token
+// prompt and 12 greedy steps cross 64 keys, the smallest split, after the capture (one split, then two); the replayed
+// steps equal the same steps with every launch issued directly, bit for bit, on the dense and interleaved fixtures (f16
+// KV).
 TEST_CASE("decoder: replayed decode steps past the capture's key split equal eager steps") {
   for (const char* gguf : {"tiny_dense_q4km.gguf", "tiny_interleaved_q4km.gguf"}) {
     CAPTURE(gguf);

@@ -209,7 +209,7 @@ void check_model(const std::string& gguf, int n_requests, int slots) {
   CHECK(eager.graph_replays() == 0);
   if (slots > launch::gemv_max_tokens) {
     // Without batch_invariant all decoding sequences form one group (the tensor-core GEMM past 8 rows,
-    // attention splits sized for 12 rows): the same weights, activations rounded to 16-bit integers
+    // attention split into 256 / 12 = 21 per sequence): the same weights, activations rounded to 16-bit integers
     // where the float path ran alone (Q6_K rows) and other summation orders, so the rows agree to
     // rounding (4.2e-4 at most here; a wrong page, slot or row would differ by whole units).
     gen::decoder fast;

@@ -90,6 +90,7 @@ class attn_case {
   int64_t total_tokens(size_t i) const { return int64_t(seqs[i].k.size()) / (shape.n_kv_heads * shape.head_dim); }
 
   int split_keys = 0;  // attn_batch::split_keys of every step (0: sized from the batch)
+  int seq_splits = 0;  // attn_batch::seq_splits of every step
 
   struct step_result {
     status st;
@@ -139,7 +140,7 @@ class attn_case {
     bt.seq_offsets = d_off.data(), bt.positions = d_pos.data(), bt.page_row_offsets = d_rows.data();
     bt.page_indices = d_pages.data(), bt.seq_lens = d_lens.data();
     bt.n_seqs = int(batch.size()), bt.n_tokens = n_tokens, bt.max_seq_tokens = max_tokens, bt.max_seq_len = max_len;
-    bt.n_splits = n_splits, bt.split_keys = split_keys;
+    bt.n_splits = n_splits, bt.split_keys = split_keys, bt.seq_splits = seq_splits;
     launch::attn_append_args ap{lshape,     bt,         pool.layer(0),   d_qg.data(),
                                 d_k.data(), d_v.data(), d_q_norm.data(), d_k_norm.data()};
     const launch::attn_core_args c{lshape, bt, pool.layer(0), d_qg.data(), d_out.data(), ws.data(), ws.bytes()};

@@ -60,14 +60,17 @@ TEST_CASE("attention decode: forced splits, including empty ones, every thread o
   decode_batch(2, 1, 256, kv_type::f32, {1, 40}, 64, 43);
 }
 
-// A fixed number of keys per split (attn_batch::split_keys): a sequence's decode row is bit-identical
-// alone and next to longer and shorter sequences (whose lengths would otherwise change its splits).
-TEST_CASE("attention decode: with split_keys a row does not depend on the rest of the batch" * test::needs_device()) {
+// Sequence 0's decode row, alone and then next to longer and shorter sequences (lengths 200, 37, 900,
+// 1), each step checked against float64; the two rows must be bit-identical. The split workspace
+// starts as NaN, so a merge that read a partial nobody wrote would fail the check.
+void decode_row_alone_and_in_batch(int split_keys, int seq_splits, uint64_t seed) {
+  CAPTURE(split_keys);
+  CAPTURE(seq_splits);
   const std::vector<int64_t> lens{200, 37, 900, 1};
   std::vector<std::vector<float>> outs;
   for (size_t n : {size_t(1), lens.size()}) {
     CAPTURE(n);
-    test::attn_case c(2, 4, 128, 32, kv_type::f16, 16, 128, 57);
+    test::attn_case c(2, 4, 128, 32, kv_type::f16, 16, 128, seed);
     std::vector<size_t> batch;
     std::vector<int64_t> hist, one;
     for (size_t i = 0; i < n; ++i) {
@@ -75,7 +78,7 @@ TEST_CASE("attention decode: with split_keys a row does not depend on the rest o
       batch.push_back(i), hist.push_back(lens[i] - 1), one.push_back(1);
     }
     Q35_REQUIRE_OK(c.step(batch, hist, false, 0, true).st);
-    c.split_keys = 64;  // the decode step: 4 splits for sequence 0, 15 for the longest
+    c.split_keys = split_keys, c.seq_splits = seq_splits;  // the decode step
     auto r = c.step(batch, one, false, 0);
     Q35_REQUIRE_OK(r.st);
     CHECK(test::check_step(c, r.out, batch, one) == 0);
@@ -84,6 +87,33 @@ TEST_CASE("attention decode: with split_keys a row does not depend on the rest o
   const size_t row = outs[0].size();  // sequence 0's heads come first
   CHECK(test::count_differences(std::vector<float>(outs[1].begin(), outs[1].begin() + std::ptrdiff_t(row)), outs[0]) ==
         0);
+}
+
+// A fixed number of keys per split (attn_batch::split_keys): 64 keys gives sequence 0 4 splits, the
+// longest 15 (whose length would otherwise change sequence 0's splits).
+TEST_CASE("attention decode: with split_keys a row does not depend on the rest of the batch" * test::needs_device()) {
+  decode_row_alone_and_in_batch(64, 0, 57);
+}
+
+// Splits cut from each sequence's own length (attn_batch::seq_splits). At 32 splits sequence 0 uses 4
+// of 64 keys (the minimum), sequence 2 15, sequence 3 (1 key) one; the other splits are empty.
+TEST_CASE("attention decode: with seq_splits a row does not depend on the rest of the batch" * test::needs_device()) {
+  for (int seq_splits : {1, 3, 32, 64}) decode_row_alone_and_in_batch(0, seq_splits, 58);
+}
+
+// seq_splits on the prefill kernels too (tensor cores for f16, the paged kernel for f32): new tokens
+// after a cached history, each sequence cut by its own length.
+TEST_CASE("attention prefill: with seq_splits, against float64" * test::needs_device()) {
+  for (kv_type t : {kv_type::f16, kv_type::f32}) {
+    CAPTURE(kv::to_string(t));
+    test::attn_case c(1, 4, 128, 32, t, 16, 128, 59);
+    c.grow(0, 300), c.grow(1, 90);
+    Q35_REQUIRE_OK(c.step({0, 1}, {260, 70}, false, 0, true).st);
+    c.seq_splits = 5;
+    auto r = c.step({0, 1}, {30, 20}, true, 0);  // 5 splits x 50 tokens: within the 256 partial rows
+    Q35_REQUIRE_OK(r.st);
+    CHECK(test::check_step(c, r.out, {0, 1}, {30, 20}) == 0);
+  }
 }
 
 // f16/bf16 KV against f32 KV on the same inputs: each within its bound of float64, so within the sum.
@@ -260,6 +290,11 @@ TEST_CASE("attention: invalid arguments are statuses naming the value" * test::n
           b.batch.split_keys = 4, b.batch.n_tokens = 1, b.batch.n_seqs = 1;
           b.batch.max_seq_tokens = 1, b.batch.max_seq_len = 4000;
         }).find("split_keys = 4 gives 1000 splits") != std::string::npos);
+  CHECK(msg([](auto& b) { b.batch.seq_splits = 129; }).find("seq_splits = 129 is outside") != std::string::npos);
+  CHECK(msg([](auto& b) {
+          b.batch.seq_splits = 64, b.batch.n_tokens = 5, b.batch.n_seqs = 5;
+          b.batch.max_seq_tokens = 1, b.batch.max_seq_len = 40;
+        }).find("seq_splits = 64 times n_tokens = 5 exceeds 256") != std::string::npos);
   CHECK(msg([](auto& b) { b.workspace_bytes = 0; }).find("workspace") != std::string::npos);
   CHECK(msg([](auto& b) { b.kv = {}; }).find("empty KV view") != std::string::npos);
 }

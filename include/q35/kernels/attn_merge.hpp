@@ -1,6 +1,6 @@
 // attn_merge_kernel: combines the split-KV partial results of attn_paged_kernel and applies the gate:
 //   o = sum_i e^(lse_i - M) o_i / sum_i e^(lse_i - M),  out = o * sigmoid(gate)   (M = max_i lse_i)
-// Thread-to-data mapping: one warp per (token, head) row, lane l taking dims l, l + 32, ...
+// Thread-to-data mapping: one warp per (token, head) row, lane l taking dims l, l + 32, ... (head_dim <= 256).
 #pragma once
 
 #include <cmath>
@@ -12,12 +12,14 @@
 #include "q35/core/dim3.hpp"
 #include "q35/core/vec.hpp"
 #include "q35/ops/attention.hpp"
+#include "q35/warp/reduce.hpp"
 
 namespace q35::kernels {
 
 struct attn_merge_kernel {
   static constexpr int threads = 128;
   static constexpr int rows_per_block = threads / warp_size;
+  static constexpr int max_dims_per_lane = 8;  // head_dim <= 256
 
   struct params {
     const float* part_o;    // [n_splits][n_rows][head_dim]
@@ -34,15 +36,29 @@ struct attn_merge_kernel {
     const int64_t row = int64_t(arch::block_idx().x) * rows_per_block + arch::warp_id();
     if (row >= p.n_rows) return;
     float mx = -INFINITY;
-    for (int i = 0; i < p.n_splits; ++i) mx = fmaxf(mx, p.part_lse[i * p.n_rows + row]);
-    for (int d = arch::lane_id(); d < p.head_dim; d += warp_size) {
-      float w_sum = 0.0f, o = 0.0f;
-      for (int i = 0; i < p.n_splits; ++i) {
-        const float w = ops::merge_weight(p.part_lse[i * p.n_rows + row], mx);
-        w_sum += w;
-        o += w * p.part_o[(i * p.n_rows + row) * p.head_dim + d];
+    for (int i = arch::lane_id(); i < p.n_splits; i += warp_size) mx = fmaxf(mx, p.part_lse[i * p.n_rows + row]);
+    mx = warp::reduce_max(mx);
+    // Splits in order; one with no keys (lse -inf: past its sequence's end) is skipped, its partial o
+    // unread (it may be unwritten).
+    float o[max_dims_per_lane] = {};
+    float w_sum = 0.0f;
+    for (int i = 0; i < p.n_splits; ++i) {
+      const float lse = p.part_lse[i * p.n_rows + row];
+      if (lse == -INFINITY) continue;
+      const float w = ops::merge_weight(lse, mx);
+      w_sum += w;
+      const float* src = p.part_o + (i * p.n_rows + row) * p.head_dim;
+      Q35_UNROLL
+      for (int j = 0; j < max_dims_per_lane; ++j) {
+        const int d = arch::lane_id() + j * warp_size;
+        if (d < p.head_dim) o[j] += w * src[d];
       }
-      const float on = w_sum > 0.0f ? o / w_sum : 0.0f;
+    }
+    Q35_UNROLL
+    for (int j = 0; j < max_dims_per_lane; ++j) {
+      const int d = arch::lane_id() + j * warp_size;
+      if (d >= p.head_dim) break;
+      const float on = w_sum > 0.0f ? o[j] / w_sum : 0.0f;
       p.out[row * p.head_dim + d] = on * arch::sigmoid(p.qg[row * 2 * p.head_dim + p.head_dim + d]);
     }
   }

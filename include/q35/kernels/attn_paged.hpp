@@ -38,17 +38,32 @@ struct attn_params {
   float* out;                       // [n_tokens][n_heads][HeadDim]: o * sigmoid(gate) (n_splits == 1)
   float* part_o;                    // [n_splits][n_tokens * n_heads][HeadDim]: normalised partial o (n_splits > 1)
   float* part_lse;                  // [n_splits][n_tokens * n_heads]: log-sum-exp of the scores, -inf if none
+                                    // (the partial o of such a row may be left unwritten)
   int64_t n_tokens;
   int n_heads, n_kv_heads, page_shift;              // page_tokens = 1 << page_shift (attn_paged: a multiple of U)
   int heads_per_block, n_chunks, tokens_per_block;  // heads_per_block * tokens_per_block <= the kernel's rows
-  int n_splits, split_keys;  // split i: keys [i * split_keys, (i+1) * split_keys) (attn_paged: split_keys % U == 0)
+  // split i: keys [i * k, (i+1) * k) with k = split_keys (a multiple of 4) or, where split_keys is 0, k from
+  // the sequence's own length (attn_split_keys)
+  int n_splits, split_keys, min_split_keys;
   int n_seqs, max_seq_tokens;
   float scale;  // 1 / sqrt(head_dim)
 };
 
+// Keys per split of sequence seq: p.split_keys, or (0) its seq_lens entry cut into at most n_splits whole
+// 4-key groups of at least min_split_keys keys. Either way a row's splits depend on its own sequence only.
+template <class T>
+Q35_DEVICE int attn_split_keys(const attn_params<T>& p, int seq) {
+  if (p.split_keys > 0) return p.split_keys;
+  const int per = ceil_div(int(p.seq_lens[seq]), p.n_splits);
+  return std::max(p.min_split_keys, (per + 3) / 4 * 4);
+}
+
 template <class T, int HeadDim, int Rows>
 struct attn_paged_kernel {
   static constexpr int threads = 128;
+  // Register budgets by rows (64 / 128 / 168 / 255): left to itself ptxas (nvcc 13) trimmed some instances
+  // to an occupancy step and spilled 4-8 bytes (Rows 1 on sm_80, f32 Rows 4 on sm_90).
+  static constexpr int min_blocks_per_sm = Rows == 1 ? 8 : Rows == 2 ? 4 : Rows == 4 ? 3 : 2;
   static constexpr int lanes = int(HeadDim * sizeof(T) / 16) < warp_size ? int(HeadDim * sizeof(T) / 16) : warp_size;
   static constexpr int elems = HeadDim / lanes;  // E: dims per lane
   static constexpr int n_streams = threads / lanes;
@@ -84,6 +99,19 @@ struct attn_paged_kernel {
     const int n_h = std::min(p.heads_per_block, group - chunk * p.heads_per_block);
     const int n_t = std::min(p.tokens_per_block, n_tok - t_first);
 
+    const int split_keys = attn_split_keys(p, seq);
+    const int kb = split * split_keys;
+    const int64_t n_rows = p.n_tokens * p.n_heads;
+    // A split that starts past its sequence's end (seq_splits, or a fixed split_keys in a batch of mixed
+    // lengths) writes only "no keys" for the merge.
+    if (kb >= int(p.seq_lens[seq]) && p.n_splits > 1) {
+      for (int r = arch::thread_rank(); r < p.heads_per_block * p.tokens_per_block; r += threads)
+        if (r / p.heads_per_block < n_t && r % p.heads_per_block < n_h)
+          p.part_lse[split * n_rows + (tok0 + t_first + r / p.heads_per_block) * p.n_heads + h_first +
+                     r % p.heads_per_block] = -INFINITY;
+      return;
+    }
+
     // Row r = token r / heads_per_block, head r % heads_per_block; it sees keys < lim[r].
     int lim[Rows];
     int kmax = 0;
@@ -95,8 +123,7 @@ struct attn_paged_kernel {
       kmax = std::max(kmax, lim[r]);
     }
     kmax = std::min(kmax, int(p.seq_lens[seq]));
-    const int kb = split * p.split_keys;
-    const int ke = std::min(kb + p.split_keys, kmax);
+    const int ke = std::min(kb + split_keys, kmax);
 
     const int stream = arch::thread_rank() / lanes, sl = arch::thread_rank() % lanes;
     // q scaled by 1 / sqrt(head_dim), the lane's dims of each row
@@ -119,11 +146,12 @@ struct attn_paged_kernel {
     st.init();
     const int64_t page_row = p.page_row_offsets[seq];
     const int64_t head_stride = int64_t(HeadDim) << p.page_shift;  // one head's rows of one page
-    const int n_groups = ke > kb ? ceil_div(ke - kb, U) : 0;
-    // The same trip count for every stream of the block (the lanes of a warp reduce together).
-    for (int g0 = 0; g0 < n_groups; g0 += n_streams) {
-      const int g = g0 + stream;
-      const int k0 = kb + (g < n_groups ? g : 0) * U;  // an idle stream re-reads the first group, masked
+    // The same trip count for every stream of the block (the lanes of a warp reduce together). The loop
+    // runs on the key index itself, so only it and ke stay live across the loop (not the split's start:
+    // with seq_splits that comes from a global load and could not be rematerialised).
+    for (int kg = kb; kg < ke; kg += n_streams * U) {
+      const bool has_group = kg + stream * U < ke;
+      const int k0 = has_group ? kg + stream * U : kg;  // an idle stream re-reads the step's first group, masked
       const int page = p.page_indices[page_row + (k0 >> p.page_shift)];
       const int64_t off = (int64_t(page) * p.n_kv_heads + kv_head) * head_stride +
                           int64_t(k0 & ((1 << p.page_shift) - 1)) * HeadDim + sl * elems;
@@ -150,7 +178,7 @@ struct attn_paged_kernel {
       Q35_UNROLL
       for (int u = 0; u < U; ++u) {
         const int key = k0 + u;
-        const bool live = g < n_groups && key < ke;
+        const bool live = has_group && key < ke;
         Q35_UNROLL
         for (int r = 0; r < Rows; ++r) sc[r][u] = live && key < lim[r] ? dots[r * U + u] : -INFINITY;
         if (!live) {  // unwritten slots may hold any bits: keep them out of o
@@ -172,7 +200,6 @@ struct attn_paged_kernel {
       }
     }
     arch::sync_block();
-    const int64_t n_rows = p.n_tokens * p.n_heads;
     for (int idx = arch::thread_rank(); idx < Rows * HeadDim; idx += threads) {
       const int r = idx / HeadDim, d = idx % HeadDim;
       if (r / p.heads_per_block >= n_t || r % p.heads_per_block >= n_h || r >= p.heads_per_block * p.tokens_per_block)
@@ -191,7 +218,7 @@ struct attn_paged_kernel {
         // out = o * sigmoid(gate)
         p.out[row * HeadDim + d] = on * arch::sigmoid(p.qg[row * 2 * HeadDim + HeadDim + d]);
       } else {
-        p.part_o[(split * n_rows + row) * HeadDim + d] = on;
+        if (l > 0.0f) p.part_o[(split * n_rows + row) * HeadDim + d] = on;  // the merge skips -inf rows
         if (d == 0) p.part_lse[split * n_rows + row] = l > 0.0f ? mx + logf(l) : -INFINITY;
       }
     }

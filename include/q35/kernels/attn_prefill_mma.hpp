@@ -358,7 +358,8 @@ struct attn_prefill_mma_kernel {
     b.n_h = std::min(p.heads_per_block, group - chunk * p.heads_per_block);
     b.n_t = std::min(p.tokens_per_block, n_tok - b.t_first);
     b.page_row = p.page_row_offsets[b.seq];
-    b.kb = b.split * p.split_keys;
+    const int split_keys = attn_split_keys(p, b.seq);
+    b.kb = b.split * split_keys;
     b.ke = 0;
 
     stage_q(p, b, s);
@@ -366,7 +367,7 @@ struct attn_prefill_mma_kernel {
     int kmax = 0;
     for (int r = 0; r < rows; ++r) kmax = std::max(kmax, s.lim[r]);
     kmax = std::min(kmax, int(p.seq_lens[b.seq]));
-    b.ke = std::min(b.kb + p.split_keys, kmax);
+    b.ke = std::min(b.kb + split_keys, kmax);
 
     const int lane = arch::lane_id(), warp = arch::warp_id(), rw = warp % row_warps, dw = warp / row_warps;
     row_state rs;

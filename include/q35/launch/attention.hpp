@@ -56,8 +56,15 @@ struct attn_batch {
   // > 0: every split covers this many keys (a multiple of 4), so n_splits = ceil(max_seq_len / split_keys)
   // and the keys of a row's splits do not depend on the other sequences of the batch: a row's result is
   // then the same whatever shares its call (batch invariance; splits past a sequence's end are empty and
-  // add exact zeros in the merge). Takes precedence over n_splits.
+  // are skipped by the merge). Takes precedence over n_splits.
   int split_keys = 0;
+  // > 0 (and split_keys 0): each sequence's keys are cut, on the device, into at most seq_splits splits of
+  // max(attn_min_split_keys, ceil(len / seq_splits) rounded up to 4) keys, len its seq_lens entry. A row's
+  // splits then depend only on its own sequence's length: batch invariant like split_keys, valid in a
+  // replayed graph while the lengths grow, and a short sequence gets as many splits as a long context
+  // would (split_keys sized for the whole context leaves a short one a single split). Launches seq_splits
+  // splits; those past a sequence's end exit at once. Takes precedence over n_splits.
+  int seq_splits = 0;
 };
 
 struct attn_layer_args {
@@ -233,6 +240,11 @@ inline status validate(const attn_shape& s, const attn_batch& b, const kv::kv_la
     return bad_attn("n_splits = " + str(b.n_splits) + " is outside 0.." + str(attn_max_splits));
   if (b.split_keys < 0 || b.split_keys % 4 != 0)
     return bad_attn("split_keys = " + str(b.split_keys) + " is not a non-negative multiple of 4");
+  if (b.seq_splits < 0 || b.seq_splits > attn_max_splits)
+    return bad_attn("seq_splits = " + str(b.seq_splits) + " is outside 0.." + str(attn_max_splits));
+  if (b.seq_splits > 1 && b.split_keys == 0 && b.seq_splits * b.n_tokens > attn_split_row_budget)
+    return bad_attn("seq_splits = " + str(b.seq_splits) + " times n_tokens = " + str(b.n_tokens) + " exceeds " +
+                    str(attn_split_row_budget));
   if (b.split_keys > 0 && b.n_tokens > 0) {
     const int64_t n = (b.max_seq_len + b.split_keys - 1) / b.split_keys;
     if (n > attn_max_splits || (n > 1 && n * b.n_tokens > attn_split_row_budget))
@@ -326,10 +338,15 @@ inline status run_attention(const attn_core_args& a, bool prefill, stream_t stre
   const bool mma = prefill && a.kv.type != kv::kv_type::f32;
   const attn_tiling t = tiling(a.shape, prefill, mma ? attn_mma_rows(a.kv.type, a.shape.head_dim) : 0);
   int n_splits = choose_splits(a.shape, a.batch, t);
-  // split_keys: whole 4-key groups (so a group never leaves its page); no split left empty by design
+  // split_keys: whole 4-key groups (so a group never leaves its page); no split left empty by design.
+  // 0 with seq_splits: the kernel cuts each sequence by its own length.
   const int64_t per = (a.batch.max_seq_len + n_splits - 1) / n_splits;
-  const int split_keys = a.batch.split_keys > 0 ? a.batch.split_keys : int(std::max<int64_t>(4, (per + 3) / 4 * 4));
-  n_splits = int(std::max<int64_t>(1, (a.batch.max_seq_len + split_keys - 1) / split_keys));
+  const bool by_seq = a.batch.split_keys == 0 && a.batch.seq_splits > 0;
+  const int split_keys = by_seq                   ? 0
+                         : a.batch.split_keys > 0 ? a.batch.split_keys
+                                                  : int(std::max<int64_t>(4, (per + 3) / 4 * 4));
+  n_splits =
+      by_seq ? a.batch.seq_splits : int(std::max<int64_t>(1, (a.batch.max_seq_len + split_keys - 1) / split_keys));
   const int64_t n_rows = a.batch.n_tokens * a.shape.n_heads;
   float* part_o = static_cast<float*>(a.workspace);
   float* part_lse = reinterpret_cast<float*>(
@@ -348,7 +365,7 @@ inline status run_attention(const attn_core_args& a, bool prefill, stream_t stre
       p.n_tokens = a.batch.n_tokens, p.n_heads = a.shape.n_heads, p.n_kv_heads = a.shape.n_kv_heads;
       p.page_shift = log2_int(a.kv.page_tokens);
       p.heads_per_block = t.heads_per_block, p.n_chunks = t.n_chunks, p.tokens_per_block = t.tokens_per_block;
-      p.n_splits = n_splits, p.split_keys = split_keys;
+      p.n_splits = n_splits, p.split_keys = split_keys, p.min_split_keys = attn_min_split_keys;
       p.n_seqs = a.batch.n_seqs, p.max_seq_tokens = a.batch.max_seq_tokens;
       p.scale = float(1.0 / std::sqrt(double(a.shape.head_dim)));
       return launch<Kernel>(p, stream);
