@@ -321,7 +321,7 @@ def main():
         check(m["q35_kv_pages_used"] == m["q35_prefix_cache_pages"] and m["q35_active_sequences"] == 0
               and m["q35_queue_length"] == 0, f"no pages, sequences or queue left: {m}")
         check(m["q35_prefix_cache_entries"] > 0, "prefix checkpoints are held")
-        check(m["q35_kv_pages_total"] == 2048 / 16, "the pool's pages")
+        check(m["q35_kv_pages_capacity"] == 2048 / 16, "the pool's pages")
     finally:
         proc.terminate()
         try:
