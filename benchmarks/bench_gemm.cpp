@@ -1,8 +1,10 @@
 // The prompt path: launch::matmul past 8 tokens (the int8 tensor-core GEMM for the GGUF integer
 // formats, including its activation-split launch; the split f16/bf16 mma GEMM for F16/BF16/F32
-// weights) on the projection shapes of Qwen3.5-9B, -27B and -35B-A3B at 16, 64, 512 and 4,096
+// weights) on the projection shapes of Qwen3.5-9B, -27B and -35B-A3B at 16, 32, 64, 512 and 4,096
 // tokens: time, TFLOPS (2 rows cols tokens per matrix) and % of the mma.sync fp16 peak that a plain
-// mma loop measures in the same run ("mma_peak" below). Skips without a GPU.
+// mma loop measures in the same run ("mma_peak" below). Calls of one token tile (<= 64 tokens) also
+// run "/unsplit": without room for split-K's partials, i.e. as before split-K (launch/gemm_i8.hpp).
+// Skips without a GPU.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -87,8 +89,9 @@ void bm_mma_peak(benchmark::State& state) {
 }
 
 // One projection of `tokens` tokens: rows x cols of type `type` (swiglu: gate and up), through
-// launch::matmul with a workspace sized as the decoder sizes it.
-void bm_gemm(benchmark::State& state, quant::type_id type, int64_t rows, int64_t cols, int64_t tokens, bool swiglu) {
+// launch::matmul with a workspace sized as the decoder sizes it (split: with room for split-K).
+void bm_gemm(benchmark::State& state, quant::type_id type, int64_t rows, int64_t cols, int64_t tokens, bool swiglu,
+             bool split) {
   if (bench::skip_without_gpu(state)) return;
 #if Q35_BACKEND_CUDA
   quant::weight_view w;
@@ -102,7 +105,8 @@ void bm_gemm(benchmark::State& state, quant::type_id type, int64_t rows, int64_t
       (swiglu && (!wu.allocate(w_bytes).ok() || !fill_bytes(wu.data(), 0x3c, w_bytes).ok())) ||
       !x.allocate(size_t(tokens * cols)).ok() || !fill_bytes(x.data(), 0, x.bytes()).ok() ||
       !y.allocate(size_t(tokens * rows)).ok() ||
-      !ws.allocate(std::max<size_t>(16, launch::matmul_workspace_bytes(cols, tokens))).ok()) {
+      !ws.allocate(std::max<size_t>(16, launch::matmul_workspace_bytes(cols, tokens, split ? n_mats * rows : 0)))
+           .ok()) {
     state.SkipWithError("allocation failed");
     return;
   }
@@ -123,7 +127,7 @@ void bm_gemm(benchmark::State& state, quant::type_id type, int64_t rows, int64_t
   (void)quant::with_format(uint32_t(type), [&](auto tag) { name = decltype(tag)::type::name; });
   state.SetLabel(bench::device_name() + " " + name);
 #else
-  (void)type, (void)rows, (void)cols, (void)tokens, (void)swiglu;
+  (void)type, (void)rows, (void)cols, (void)tokens, (void)swiglu, (void)split;
 #endif
 }
 
@@ -140,7 +144,9 @@ using quant::type_id;
 // 9B FFN as a BF16 / F16 file stores it.
 const projection projections[] = {
     {"9B/attn_q+gate", type_id::q4_k, 8192, 4096, false},
+    {"9B/attn_k", type_id::q4_k, 1024, 4096, false},
     {"9B/attn_v", type_id::q6_k, 1024, 4096, false},
+    {"9B/attn_output", type_id::q4_k, 4096, 4096, false},
     {"9B/ffn_gate+up", type_id::q4_k, 12288, 4096, true},
     {"9B/ffn_down_q4_k", type_id::q4_k, 4096, 12288, false},
     {"9B/ffn_down_q6_k", type_id::q6_k, 4096, 12288, false},
@@ -158,12 +164,15 @@ const projection projections[] = {
 const bool registered = [] {
   benchmark::RegisterBenchmark("gemm/mma_peak", bm_mma_peak)->UseManualTime()->Unit(benchmark::kMicrosecond);
   for (const projection& m : projections)
-    for (int64_t tokens : {16, 64, 512, 4096})
-      benchmark::RegisterBenchmark(
-          (std::string("gemm/") + m.name + "/tokens:" + std::to_string(tokens)).c_str(),
-          [m, tokens](benchmark::State& s) { bm_gemm(s, m.type, m.rows, m.cols, tokens, m.swiglu); })
-          ->UseManualTime()
-          ->Unit(benchmark::kMicrosecond);
+    for (int64_t tokens : {16, 32, 64, 512, 4096})
+      for (const bool split : {true, false}) {
+        if (!split && tokens > 64) continue;  // one split past one token tile anyway
+        benchmark::RegisterBenchmark(
+            (std::string("gemm/") + m.name + "/tokens:" + std::to_string(tokens) + (split ? "" : "/unsplit")).c_str(),
+            [m, tokens, split](benchmark::State& s) { bm_gemm(s, m.type, m.rows, m.cols, tokens, m.swiglu, split); })
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
   return true;
 }();
 

@@ -81,7 +81,7 @@ buffer_sizes sizes_of(const io::model_hparams& h, const decoder_config& cfg) {
                                 int(h.ssm_conv_kernel)};
   // one workspace for the largest layer call
   const int64_t rows = z.call_rows;
-  size_t ws = launch::matmul_workspace_bytes(h.n_embd, rows);
+  size_t ws = launch::matmul_workspace_bytes(h.n_embd, rows, h.n_vocab);  // the LM head
   if (n_attn) ws = std::max(ws, launch::attn_layer_workspace_bytes(attn_shape_of(h), rows, cfg.n_ctx));
   if (n_gdn) ws = std::max(ws, launch::gdn_layer_workspace_bytes(gdn_shape_of(h), rows));
   if (h.count(models::ffn_type::dense)) ws = std::max(ws, launch::dense_ffn_workspace_bytes(ffn_shape_of(h), rows));

@@ -62,7 +62,7 @@ struct layer_fixture {
   std::vector<float> project(const device_buffer<float>& dw, int64_t rows, const device_buffer<float>& dx, int64_t n) {
     auto dy = test::poisoned<float>(size_t(n * rows));
     device_buffer<unsigned char> ws;
-    Q35_REQUIRE_OK(ws.allocate(std::max<size_t>(1, launch::matmul_workspace_bytes(E, n))));
+    Q35_REQUIRE_OK(ws.allocate(std::max<size_t>(1, launch::matmul_workspace_bytes(E, n, rows))));
     launch::matmul_args m;
     m.w = view(dw, rows, E), m.x = dx.data(), m.y = dy.data(), m.n_tokens = n;
     m.maybe_workspace = ws.data(), m.workspace_bytes = ws.bytes();

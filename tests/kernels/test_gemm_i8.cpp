@@ -2,7 +2,9 @@
 // format and epilogue, token and row counts not a multiple of the 64 x 64 tile, K not a multiple of
 // the 128-column step (Q8_0 / Q4_0), the widths of Qwen3.5 rows, extreme integer sums, NaN rows.
 // Tolerance: the integer path's bound (reference/gemv_reference.hpp: the activation rounding of the
-// 16-bit activations plus fp32 error) with the chain of one addition per 32-element group.
+// 16-bit activations plus fp32 error) with the chain of one addition per 32-element group (split-K's
+// chains are no longer: g groups per split and s splits add g + s - 1 <= g s times).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -20,6 +22,15 @@ namespace {
 using namespace q35;
 using ops::epilogue;
 
+// Kernel launches so far (sim; -1 on a GPU, where the checks of launch counts are left out).
+int64_t launch_count() {
+#if Q35_BACKEND_SIM
+  return sim::counters().launches.load();
+#else
+  return -1;
+#endif
+}
+
 // fp32 additions in one output's chain: one per activation group, plus the epilogue's
 int64_t gemm_i8_depth(int64_t cols) { return cols / 32 + 1; }
 
@@ -35,14 +46,20 @@ split_input quantize(const device_buffer<float>& x, int64_t n_tokens, int64_t co
 }
 
 template <class F>
-void check_gemm_i8(int64_t rows, int64_t cols, int64_t n_tokens, epilogue e, uint64_t seed, bool all_orders = true) {
+void check_gemm_i8(int64_t rows, int64_t cols, int64_t n_tokens, epilogue e, uint64_t seed, bool all_orders = true,
+                   int k_splits = 0) {
   CAPTURE(F::name);
   CAPTURE(rows);
   CAPTURE(cols);
   CAPTURE(n_tokens);
   CAPTURE(int(e));
+  CAPTURE(k_splits);
   const test::matmul_case<F> c(rows, cols, n_tokens, e, seed, /*act16=*/true);
   const split_input x = quantize(c.dx, n_tokens, cols);
+  // forced splits: a workspace of exactly the partials' size (poisoned: every partial is written)
+  device_buffer<float> ws;
+  const size_t ws_bytes = launch::gemm_i8_split_bytes(rows * (e == epilogue::swiglu ? 2 : 1), n_tokens, k_splits);
+  if (ws_bytes) ws = test::poisoned<float>(ws_bytes / 4);
   auto body = [&] {
     // poisoned, with a tail after the outputs that must stay untouched
     const size_t n_out = size_t(n_tokens * rows), tail = 64;
@@ -53,6 +70,7 @@ void check_gemm_i8(int64_t rows, int64_t cols, int64_t n_tokens, epilogue e, uin
     a.maybe_w_up = e == epilogue::swiglu ? c.w_up() : nullptr;
     a.x = x.view, a.y = dy.data();
     a.rows = rows, a.cols = cols, a.n_tokens = n_tokens, a.epilogue = e;
+    a.k_splits = k_splits, a.maybe_workspace = ws.data(), a.workspace_bytes = ws_bytes;
     Q35_REQUIRE_OK(launch::gemm_i8(a));
     const auto y = test::to_host(dy);
     int64_t bad = 0, bad_tail = 0;
@@ -88,6 +106,71 @@ TEST_CASE_TEMPLATE("gemm_i8: odd tiles, every integer format and epilogue" * tes
 TEST_CASE_TEMPLATE("gemm_i8: K tails of the 32-element formats" * test::needs_device(), F, quant::q8_0_format,
                    quant::q4_0_format) {
   for (int64_t cols : {32, 96, 160, 224}) check_gemm_i8<F>(17, cols, 12, epilogue::store, 80 + cols, false);
+}
+
+// Split-K (forced): K ranges of 4, 4, 2 and 3, 3, 3, 1 steps of 128 columns (the last range short),
+// one split per 128-column step of a K tail, and more splits asked than there are steps.
+TEST_CASE_TEMPLATE("gemm_i8: split-K, every integer format and epilogue" * test::needs_device(), F, quant::q8_0_format,
+                   quant::q4_0_format, quant::q4_k_format, quant::q5_k_format, quant::q6_k_format) {
+  check_gemm_i8<F>(70, 1280, 33, epilogue::store, 91, false, 3);
+  check_gemm_i8<F>(64, 1280, 9, epilogue::residual, 92, false, 4);
+  check_gemm_i8<F>(45, 1280, 66, epilogue::swiglu, 93, false, 2);   // past one token tile: splits still run
+  check_gemm_i8<F>(40, 1280, 20, epilogue::swiglu, 94, false, 12);  // 10 steps: 10 splits
+  check_gemm_i8<F>(40, 256, 12, epilogue::store, 95, false, 5);     // 2 steps: 2 splits
+}
+
+TEST_CASE_TEMPLATE("gemm_i8: split-K over a K tail" * test::needs_device(), F, quant::q8_0_format, quant::q4_0_format) {
+  check_gemm_i8<F>(17, 160, 12, epilogue::store, 96, false, 2);  // steps of 128 and 32 columns
+  check_gemm_i8<F>(17, 416, 12, epilogue::residual, 97, false, 4);
+}
+
+// launch::matmul with the workspace matmul_workspace_bytes sizes: a call of one token tile on a
+// matrix of one row tile splits K automatically (one more launch: the reduction), and a token's row
+// is bit-identical in every such call (9..64 tokens); past one token tile it runs unsplit.
+TEST_CASE("gemm_i8: matmul splits K for few row tiles, the same way at 9..64 tokens" * test::needs_device()) {
+  const int64_t rows = 40, cols = 2560, n_max = 64;
+  CHECK(launch::gemm_i8_auto_splits(rows, cols, 9) ==
+        std::min(cols / 128 / launch::gemm_i8_min_split_steps, int64_t(launch::gemm_i8_max_splits)));
+  CHECK(launch::gemm_i8_auto_splits(rows, cols, 9) == launch::gemm_i8_auto_splits(rows, cols, 64));
+  CHECK(launch::gemm_i8_auto_splits(rows, cols, 65) == 1);
+  CHECK(launch::gemm_i8_auto_splits(64 * 2 * launch::sm_count(), cols, 9) == 1);  // enough row tiles
+  CHECK(launch::gemm_i8_auto_splits(rows, 384, 9) == 1);                          // too few K steps
+  const test::matmul_case<quant::q4_k_format> c(rows, cols, n_max + 1, epilogue::residual, 98, true);
+  quant::weight_view w;
+  w.data = c.dwg.data(), w.type = uint32_t(quant::type_id::q4_k), w.rows = rows, w.cols = cols;
+  device_buffer<uint8_t> ws;
+  Q35_REQUIRE_OK(ws.allocate(launch::matmul_workspace_bytes(cols, n_max + 1, rows)));
+  // y of tokens t0 .. t0 + n - 1 in one call, and the launches it took
+  auto run = [&](int64_t t0, int64_t n, int64_t& launches) {
+    auto dx = test::to_device(std::vector<float>(c.x.begin() + t0 * cols, c.x.begin() + (t0 + n) * cols));
+    auto dy = test::to_device(std::vector<float>(c.h0.begin() + t0 * rows, c.h0.begin() + (t0 + n) * rows));
+    launch::matmul_args a;
+    a.w = w, a.x = dx.data(), a.y = dy.data(), a.n_tokens = n, a.epilogue = epilogue::residual;
+    a.maybe_workspace = ws.data(), a.workspace_bytes = ws.bytes();
+    const int64_t l0 = launch_count();
+    Q35_REQUIRE_OK(launch::matmul(a));
+    launches = launch_count() - l0;
+    return test::to_host(dy);
+  };
+  int64_t launches = 0;
+  const bool sim = launch_count() >= 0;
+  const auto all = run(0, n_max, launches);
+  CHECK((!sim || launches == 3));  // the activations' split, the GEMM's splits, their reduction
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n_max * rows; ++i) {
+    const auto [want, tol] = c.expect(epilogue::residual, size_t(i), gemm_i8_depth(cols));
+    bad += !(std::fabs(double(all[size_t(i)]) - want) <= tol);
+  }
+  CHECK(bad == 0);
+  for (const int64_t n : {9, 10, 33, 63}) {
+    CAPTURE(n);
+    const int64_t t0 = n_max - n;
+    const auto y = run(t0, n, launches);
+    CHECK((!sim || launches == 3));
+    CHECK(std::memcmp(y.data(), all.data() + t0 * rows, size_t(n * rows) * 4) == 0);
+  }
+  (void)run(0, n_max + 1, launches);
+  CHECK((!sim || launches == 2));  // two token tiles: unsplit
 }
 
 TEST_CASE("gemm_i8: Qwen3.5 widths as K, prompt-sized token counts" * test::needs_device()) {
@@ -242,8 +325,8 @@ TEST_CASE("gemm_i8: matmul with a shared split input equals its own split" * tes
   quant::weight_view w;
   w.data = c.dwg.data(), w.type = uint32_t(quant::type_id::q4_k), w.rows = rows, w.cols = cols;
   device_buffer<uint8_t> ws, shared;
-  Q35_REQUIRE_OK(ws.allocate(launch::matmul_workspace_bytes(cols, n)));
-  Q35_REQUIRE_OK(shared.allocate(launch::matmul_workspace_bytes(cols, n)));
+  Q35_REQUIRE_OK(ws.allocate(launch::matmul_workspace_bytes(cols, n, rows)));
+  Q35_REQUIRE_OK(shared.allocate(launch::matmul_workspace_bytes(cols, n, rows)));
   auto y1 = test::poisoned<float>(size_t(n * rows)), y2 = test::poisoned<float>(size_t(n * rows));
   launch::matmul_args a;
   a.w = w, a.x = c.dx.data(), a.y = y1.data(), a.n_tokens = n;
@@ -295,7 +378,7 @@ void check_rows_invariant(int64_t cols, epilogue e) {
   w.data = c.dwg.data(), w.type = uint32_t(F::id), w.rows = rows, w.cols = cols;
   if (e == epilogue::swiglu) up = w, up.data = c.dwu.data();
   device_buffer<uint8_t> ws;
-  Q35_REQUIRE_OK(ws.allocate(launch::matmul_workspace_bytes(cols, n_max)));
+  Q35_REQUIRE_OK(ws.allocate(launch::matmul_workspace_bytes(cols, n_max, (e == epilogue::swiglu ? 2 : 1) * rows)));
   // y of tokens t0 .. t0 + n - 1 in one call
   auto run = [&](int64_t t0, int64_t n) {
     auto dx = test::to_device(std::vector<float>(c.x.begin() + t0 * cols, c.x.begin() + (t0 + n) * cols));

@@ -10,7 +10,8 @@
 // which is the GEMV's term for the group bit for bit; only the order in which groups are summed
 // differs (groups in ascending order here; lane-strided items plus a warp reduction there), so
 // the two paths agree to fp32 summation error, not to the bit. Every output is computed the same
-// way whatever the other tokens of the call are (batch invariance within the GEMM).
+// way whatever the other tokens of the call are (batch invariance within the GEMM, for one split count:
+// launch::gemm_i8_auto_splits depends on the token tiles only through one tile or more).
 //
 // Exact conversion without I2F (a quarter-rate instruction on sm_80/sm_90): the mma accumulators
 // start at M = 0x4b400000 (the bits of 1.5 * 2^23), so each holds the bits of the float M + S for
@@ -69,6 +70,10 @@ struct gemm_i8_kernel {
   static constexpr int out_rows = bm / n_mats;
   static constexpr int k32 = bk / 32;  // activation groups per step
   static constexpr bool k16 = stage::group_elems == 16;
+  // Q6_K: two blocks per SM (up to 255 registers), as it had at 180-183 registers before split-K; left to
+  // itself ptxas (nvcc 13.0, sm_90) then trimmed its dense store / residual instances to 168 (three
+  // blocks) and spilled 4 bytes. The others keep ptxas's own choice (a minimum of 2 made them spill).
+  static constexpr int min_blocks_per_sm = k16 ? 2 : 0;
   static_assert(threads == 128 && bm == 64 && (bn == 64 || bn == 32) && bk == 128,
                 "the mapping below is written for these tiles");
   static constexpr int warp_tokens = bn / 2, n_nt = warp_tokens / 8;  // tokens, n8 tiles per warp
@@ -85,6 +90,12 @@ struct gemm_i8_kernel {
     float* y;              // [n_tokens][rows] (rows as Rows writes them)
     int64_t rows, cols, n_tokens;
     gemm_groups groups;  // grouped Rows only: the MoE grouping (w, maybe_w_up: expert 0)
+    // Split-K (dense Rows only; launch::gemm_i8_auto_splits): with partials set, block z of grid.z runs the K steps
+    // [z steps_per_split, (z + 1) steps_per_split) and writes its raw sums to partials [grid.z][n_tokens][n_mats][rows]
+    // (swiglu: gate rows, then up rows), and gemm_split_reduce_kernel sums the splits in order and applies the
+    // epilogue; null: the block runs every step and applies the epilogue itself.
+    int steps_per_split = 0;
+    float* partials = nullptr;
   };
   struct shared_storage {
     uint8_t w[bm][bk];                     // int8 quants, swizzled chunks
@@ -94,7 +105,8 @@ struct gemm_i8_kernel {
   };
   static dim3 grid(const params& p) {
     const int64_t tiles = gemm_rows_grouped<Rows> ? p.groups.max_tiles : ceil_div<int64_t>(p.n_tokens, bn);
-    return dim3(unsigned(tiles), unsigned(ceil_div<int64_t>(p.rows, out_rows)));
+    const int64_t splits = p.partials ? ceil_div<int64_t>(ceil_div<int64_t>(p.cols, bk), p.steps_per_split) : 1;
+    return dim3(unsigned(tiles), unsigned(ceil_div<int64_t>(p.rows, out_rows)), unsigned(splits));
   }
 
   // Byte offset of chunk c (0..7) of shared row r.
@@ -105,7 +117,11 @@ struct gemm_i8_kernel {
     const gemm_tile tile = resolve_gemm_tile<Rows, bn>(p.groups, p.n_tokens, int64_t(arch::block_idx().x));
     if (tile.n <= 0) return;  // the whole block
     const int64_t row0 = int64_t(arch::block_idx().y) * out_rows;
+    // this block's K steps [first_step, end_step): all of them, or split z's
     const int n_steps = int(ceil_div<int64_t>(p.cols, bk));
+    const int first_step = gemm_rows_grouped<Rows> || !p.partials ? 0 : int(arch::block_idx().z) * p.steps_per_split;
+    const int end_step =
+        p.partials && first_step + p.steps_per_split < n_steps ? first_step + p.steps_per_split : n_steps;
 
     // this thread's weight staging: shared row sr, elements [64 half, 64 half + 64) of each step
     const int sr = t >> 1, half = t & 1;
@@ -174,11 +190,11 @@ struct gemm_i8_kernel {
     const arch::mma_c_s32_16x8 cmagic{
         {int32_t(magic_bits), int32_t(magic_bits), int32_t(magic_bits), int32_t(magic_bits)}};
 
-    stage_x(0, 0);
-    load_w(0);
-    for (int step = 0; step < n_steps; ++step) {
+    stage_x(first_step, first_step & 1);
+    load_w(first_step);
+    for (int step = first_step; step < end_step; ++step) {
       store_w();
-      if (step + 1 < n_steps) {
+      if (step + 1 < end_step) {
         stage_x(step + 1, (step + 1) & 1);
         load_w(step + 1);
         arch::cp_async_wait<1>();
@@ -274,30 +290,74 @@ struct gemm_i8_kernel {
 
     // epilogue: lane element e of tile (mi, ni) is shared row 32 wr + 16 mi + gq + 8 (e >> 1), tile
     // token warp_tokens wt + 8 ni + 2 tq + (e & 1); for swiglu mi = 0 is the gate and mi = 1 the up
-    // row of one output
+    // row of one output. A split writes its raw sums (the reduce kernel applies the epilogue).
+    // (block_idx().z read again here rather than kept in a register across the loop)
+    float* const part = !gemm_rows_grouped<Rows> && p.partials
+                            ? p.partials + int64_t(arch::block_idx().z) * p.n_tokens * n_mats * p.rows
+                            : nullptr;
+    const auto emit = [&](float* y, float* pr, int64_t row, float a, float b) {
+      if (pr) {
+        pr[row] = a;
+        if constexpr (n_mats == 2) pr[p.rows + row] = b;
+      } else {
+        ops::apply_epilogue<Epilogue>(y + row, a, b);
+      }
+    };
     Q35_UNROLL
     for (int ni = 0; ni < n_nt; ++ni) {
       Q35_UNROLL
       for (int c = 0; c < 2; ++c) {
         const int i = warp_tokens * wt + 8 * ni + 2 * tq + c;
         if (i >= tile.n) continue;
-        float* y = p.y + gemm_y_row<Rows>(p.groups, tile, i) * p.rows;
+        const int64_t yrow = gemm_y_row<Rows>(p.groups, tile, i);
+        float* y = p.y + yrow * p.rows;
+        float* pr = part ? part + yrow * n_mats * p.rows : nullptr;
         Q35_UNROLL
         for (int h = 0; h < 2; ++h) {
           const int e = 2 * h + c;
           if constexpr (n_mats == 2) {
             const int64_t row = row0 + 16 * wr + gq + 8 * h;
-            if (row < p.rows) ops::apply_epilogue<Epilogue>(y + row, acc[0][ni][e], acc[1][ni][e]);
+            if (row < p.rows) emit(y, pr, row, acc[0][ni][e], acc[1][ni][e]);
           } else {
             Q35_UNROLL
             for (int mi = 0; mi < 2; ++mi) {
               const int64_t row = row0 + 32 * wr + 16 * mi + gq + 8 * h;
-              if (row < p.rows) ops::apply_epilogue<Epilogue>(y + row, acc[mi][ni][e], 0.0f);
+              if (row < p.rows) emit(y, pr, row, acc[mi][ni][e], 0.0f);
             }
           }
         }
       }
     }
+  }
+};
+
+// The second half of a split-K GEMM: y[t][r] = epilogue of the sums over the splits, in split order, of
+// gemm_i8_kernel's partials [splits][n_tokens][n_mats][rows] (swiglu: the gate's and the up row's). One thread per
+// output.
+template <ops::epilogue Epilogue, int Threads = 256>
+struct gemm_split_reduce_kernel {
+  static constexpr int threads = Threads;
+  static constexpr int n_mats = ops::epilogue_mats<Epilogue>;
+  struct params {
+    const float* partials;
+    float* y;  // [n_tokens][rows]
+    int64_t rows, n_tokens;
+    int splits;
+  };
+  struct shared_storage {};
+  static dim3 grid(const params& p) { return dim3(unsigned(ceil_div<int64_t>(p.rows * p.n_tokens, threads))); }
+
+  Q35_DEVICE void operator()(const params& p, shared_storage&) const {
+    const int64_t i = int64_t(arch::block_idx().x) * threads + arch::thread_rank();
+    if (i >= p.rows * p.n_tokens) return;
+    const int64_t t = i / p.rows, r = i - t * p.rows, plane = p.n_tokens * n_mats * p.rows;
+    const float* q = p.partials + t * n_mats * p.rows + r;
+    float a = q[0], b = n_mats == 2 ? q[p.rows] : 0.0f;
+    for (int z = 1; z < p.splits; ++z) {
+      a += q[z * plane];
+      if constexpr (n_mats == 2) b += q[z * plane + p.rows];
+    }
+    ops::apply_epilogue<Epilogue>(p.y + i, a, b);
   }
 };
 

@@ -122,7 +122,6 @@ inline constexpr int attn_prefill_mma_rows_small = 32;
 
 namespace detail {
 
-inline size_t attn_align_256(size_t b) { return (b + 255) / 256 * 256; }
 inline status bad_attn(const std::string& m) { return error(status_code::invalid_argument, "launch::attention: " + m); }
 
 // Which kernel instance serves a call: rows per block, heads per block, chunks, tokens per block.
@@ -185,20 +184,22 @@ inline int choose_splits(const attn_shape& s, const attn_batch& b, const attn_ti
 // Device scratch of the split-KV partials of attention_decode / attention_prefill.
 inline size_t attn_split_workspace_bytes(const attn_shape& s) {
   const size_t rows = size_t(attn_split_row_budget) * size_t(std::max(s.n_heads, 0));
-  return detail::attn_align_256(rows * size_t(std::max(s.value_dim, 0)) * 4) + detail::attn_align_256(rows * 4);
+  return detail::align_256(rows * size_t(std::max(s.value_dim, 0)) * 4) + detail::align_256(rows * 4);
 }
 
 // Workspace of attention_layer: q|gate, k, v, o, the split partials and the projections' scratch.
 inline size_t attn_layer_workspace_bytes(const attn_shape& s, int64_t max_tokens, int64_t max_seq_len) {
   (void)max_seq_len;  // the split partials are bounded by attn_split_row_budget, not by the context
   const size_t t = size_t(std::max<int64_t>(max_tokens, 0));
-  const size_t qg = detail::attn_align_256(t * size_t(2 * s.n_heads * s.head_dim) * 4);
-  const size_t k = detail::attn_align_256(t * size_t(s.n_kv_heads * s.head_dim) * 4);
-  const size_t v = detail::attn_align_256(t * size_t(s.n_kv_heads * s.value_dim) * 4);
-  const size_t o = detail::attn_align_256(t * size_t(s.n_heads * s.value_dim) * 4);
+  const size_t qg = detail::align_256(t * size_t(2 * s.n_heads * s.head_dim) * 4);
+  const size_t k = detail::align_256(t * size_t(s.n_kv_heads * s.head_dim) * 4);
+  const size_t v = detail::align_256(t * size_t(s.n_kv_heads * s.value_dim) * 4);
+  const size_t o = detail::align_256(t * size_t(s.n_heads * s.value_dim) * 4);
   const size_t mm =
-      detail::attn_align_256(std::max(matmul_workspace_bytes(s.n_embd, int64_t(t)),
-                                      matmul_workspace_bytes(int64_t(s.n_heads) * s.value_dim, int64_t(t))));
+      detail::align_256(std::max({matmul_workspace_bytes(s.n_embd, int64_t(t), 2 * int64_t(s.n_heads) * s.head_dim),
+                                  matmul_workspace_bytes(s.n_embd, int64_t(t), int64_t(s.n_kv_heads) * s.head_dim),
+                                  matmul_workspace_bytes(s.n_embd, int64_t(t), int64_t(s.n_kv_heads) * s.value_dim),
+                                  matmul_workspace_bytes(int64_t(s.n_heads) * s.value_dim, int64_t(t), s.n_embd)}));
   return qg + k + v + o + attn_split_workspace_bytes(s) + mm;
 }
 
@@ -351,7 +352,7 @@ inline status run_attention(const attn_core_args& a, bool prefill, stream_t stre
   float* part_o = static_cast<float*>(a.workspace);
   float* part_lse = reinterpret_cast<float*>(
       static_cast<unsigned char*>(a.workspace) +
-      attn_align_256(size_t(attn_split_row_budget) * size_t(a.shape.n_heads) * size_t(a.shape.value_dim) * 4));
+      align_256(size_t(attn_split_row_budget) * size_t(a.shape.n_heads) * size_t(a.shape.value_dim) * 4));
   Q35_TRY(with_kv_type(a.kv.type, a.shape.head_dim, [&](auto tt, auto d) -> status {
     using T = typename decltype(tt)::type;
     // the two kernels take the same params
@@ -441,7 +442,7 @@ inline status attention_layer(const attn_layer_args& a, stream_t stream = nullpt
   unsigned char* ws = static_cast<unsigned char*>(a.workspace);
   const auto take = [&](size_t bytes) {
     unsigned char* p = ws;
-    ws += detail::attn_align_256(bytes);
+    ws += detail::align_256(bytes);
     return p;
   };
   float* qg = reinterpret_cast<float*>(take(size_t(n) * size_t(2 * s.n_heads * s.head_dim) * 4));

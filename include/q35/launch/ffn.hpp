@@ -78,7 +78,6 @@ namespace detail {
 inline status bad_ffn(const std::string& what, const std::string& m) {
   return error(status_code::invalid_argument, "launch::" + what + ": " + m);
 }
-inline size_t ws_align(size_t n) { return (n + 255) / 256 * 256; }
 // The weight view's shape is rows x cols (x n_mats), else an error naming the tensor.
 inline status check_view(const std::string& fn, const char* name, const quant::weight_view& w, int64_t rows,
                          int64_t cols, int64_t n_mats = 1) {
@@ -93,9 +92,9 @@ inline status check_view(const std::string& fn, const char* name, const quant::w
 
 // Device scratch of dense_ffn for up to max_tokens tokens: the SwiGLU activations [max_tokens][ff_dim].
 inline size_t dense_ffn_workspace_bytes(const ffn_shape& s, int64_t max_tokens) {
-  return detail::ws_align(size_t(max_tokens) * size_t(s.ff_dim) * sizeof(float)) +
-         detail::ws_align(matmul_workspace_bytes(s.ff_dim, max_tokens)) +
-         detail::ws_align(matmul_workspace_bytes(s.n_embd, max_tokens));
+  return detail::align_256(size_t(max_tokens) * size_t(s.ff_dim) * sizeof(float)) +
+         detail::align_256(matmul_workspace_bytes(s.ff_dim, max_tokens, s.n_embd)) +
+         detail::align_256(matmul_workspace_bytes(s.n_embd, max_tokens, 2 * s.ff_dim));
 }
 
 // h += W_down (silu(W_gate x) * (W_up x)) for a.n_tokens tokens: two launches. Asynchronous.
@@ -115,8 +114,8 @@ inline status dense_ffn(const ffn_layer_args& a, const dense_ffn_weights& w, str
     return detail::bad_ffn(
         fn, "workspace of " + std::to_string(a.workspace_bytes) + " bytes, " + std::to_string(need) + " needed");
   auto* act = static_cast<float*>(a.workspace);  // [n_tokens][ff_dim]
-  auto* scratch = static_cast<uint8_t*>(a.workspace) + detail::ws_align(size_t(a.n_tokens) * s.ff_dim * 4);
-  const size_t scratch_bytes = need - detail::ws_align(size_t(a.n_tokens) * s.ff_dim * 4);
+  auto* scratch = static_cast<uint8_t*>(a.workspace) + detail::align_256(size_t(a.n_tokens) * s.ff_dim * 4);
+  const size_t scratch_bytes = need - detail::align_256(size_t(a.n_tokens) * s.ff_dim * 4);
   // act = silu(W_gate x) * (W_up x)
   matmul_args g;
   g.w = w.gate, g.maybe_w_up = w.up, g.x = a.x, g.y = act, g.n_tokens = a.n_tokens;

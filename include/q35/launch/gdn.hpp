@@ -147,7 +147,9 @@ inline size_t gdn_layer_layout(const gdn_shape& s, int64_t n, char* base, gdn_la
   o.y = reinterpret_cast<float*>(take(T * size_t(s.value_dim()) * sizeof(float)));
   o.core_bytes = gdn_chunk_layout(s, n, nullptr, nullptr);
   o.core = take(o.core_bytes);
-  o.matmul_bytes = std::max(matmul_workspace_bytes(s.n_embd, n), matmul_workspace_bytes(s.value_dim(), n));
+  o.matmul_bytes =
+      std::max({matmul_workspace_bytes(s.n_embd, n, s.conv_dim()), matmul_workspace_bytes(s.n_embd, n, s.value_dim()),
+                matmul_workspace_bytes(s.n_embd, n, s.n_v_heads), matmul_workspace_bytes(s.value_dim(), n, s.n_embd)});
   o.matmul = take(o.matmul_bytes);
   return off;
 }

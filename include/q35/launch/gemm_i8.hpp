@@ -3,6 +3,7 @@
 //   gemm_i8<Format>(args)     Y = X W^T (+ epilogue) for a GGUF integer format          (1 launch)
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -25,7 +26,48 @@ struct gemm_i8_args {
   float* y = nullptr;                                  // [n_tokens][rows]
   int64_t rows = 0, cols = 0, n_tokens = 0;
   ops::epilogue epilogue = ops::epilogue::store;
+  // Split-K scratch (gemm_i8_split_bytes; 16-byte aligned) or null. k_splits 0: the splits
+  // gemm_i8_auto_splits chooses, when the workspace holds their partials (else one); >= 1: that many
+  // (at most the K steps; tests and benchmarks), the workspace then required past one.
+  void* maybe_workspace = nullptr;
+  size_t workspace_bytes = 0;
+  int k_splits = 0;
 };
+
+// Split-K. The dense GEMM's grid is its token tiles x row tiles: a call of one token tile (9..64
+// tokens: decode batches, short prompt chunks) on a matrix of few rows gives fewer blocks than SMs
+// (9B: its K/V projections 16, the attention output and FFN down projections 64, on 132 SMs), and
+// each block holds only its next K step's weights in flight (~4.6 KB of Q4_K; at ~224 registers two
+// blocks fit an SM). Such calls split K into up to gemm_i8_max_splits ranges of at least
+// gemm_i8_min_split_steps steps of 128 columns, for about two blocks per SM; each split writes fp32
+// partial sums (splits x tokens x weight rows x 4 bytes, served from L2) and a second launch adds them
+// in split order. The split count depends on the shape and the SM count, not on the tokens, so a
+// token's row is the same in every call of 9..64 tokens (and, unsplit, in every call of 65 or more).
+inline constexpr int gemm_i8_max_splits = 8;
+inline constexpr int gemm_i8_min_split_steps = 4;
+
+// Splits of a dense call of `weight_rows` rows of weights (swiglu: gate and up rows) and `cols`
+// columns at n_tokens tokens: 1 past one token tile.
+inline int gemm_i8_auto_splits(int64_t weight_rows, int64_t cols, int64_t n_tokens) {
+  using P = kernels::gemm_i8_policy<>;
+  if (n_tokens > P::tile_tokens || weight_rows <= 0 || cols <= 0) return 1;
+  const int64_t tiles = ceil_div<int64_t>(weight_rows, P::tile_rows);
+  const int64_t want = ceil_div<int64_t>(2 * int64_t(sm_count()), tiles);
+  const int64_t most =
+      std::min<int64_t>(ceil_div<int64_t>(cols, P::tile_k) / gemm_i8_min_split_steps, gemm_i8_max_splits);
+  return int(std::max<int64_t>(std::min(want, most), 1));
+}
+
+// Partial sums of a call split `splits` ways (0 when unsplit).
+inline size_t gemm_i8_split_bytes(int64_t weight_rows, int64_t n_tokens, int splits) {
+  return splits > 1 ? size_t(splits) * size_t(n_tokens) * size_t(weight_rows) * sizeof(float) : 0;
+}
+
+// Split-K scratch enough for the automatic splits of any dense call of 1..max_tokens tokens.
+inline size_t gemm_i8_split_workspace_bytes(int64_t weight_rows, int64_t cols, int64_t max_tokens) {
+  const int64_t n = std::min<int64_t>(max_tokens, kernels::gemm_i8_policy<>::tile_tokens);  // splits do not vary below
+  return n > 0 ? gemm_i8_split_bytes(weight_rows, n, gemm_i8_auto_splits(weight_rows, cols, n)) : 0;
+}
 
 template <quant::weight_format Format>
 requires gemm_i8_supports<Format> status validate(const gemm_i8_args<Format>& a) {
@@ -48,6 +90,8 @@ requires gemm_i8_supports<Format> status validate(const gemm_i8_args<Format>& a)
   constexpr size_t align = sizeof(typename Format::block) % 16 == 0 ? 16 : alignof(typename Format::block);
   if (reinterpret_cast<uintptr_t>(a.w) % align != 0 || reinterpret_cast<uintptr_t>(a.maybe_w_up) % align != 0)
     return bad("weights are not " + std::to_string(align) + "-byte aligned");
+  if (a.k_splits < 0) return bad("k_splits = " + std::to_string(a.k_splits) + " is negative");
+  if (reinterpret_cast<uintptr_t>(a.maybe_workspace) % 16 != 0) return bad("maybe_workspace is not 16-byte aligned");
   return status::success();
 }
 
@@ -57,11 +101,34 @@ requires gemm_i8_supports<Format> status gemm_i8(const gemm_i8_args<Format>& a, 
   Q35_TRY(validate(a));
   if (a.n_tokens == 0 || a.rows == 0) return status::success();
   return dispatch<0, 1, 2>(int(a.epilogue), [&](auto e) -> status {
-    using kernel = kernels::gemm_i8_kernel<Format, ops::epilogue(decltype(e)::value)>;
-    return launch<kernel>(
-        typename kernel::params{reinterpret_cast<const uint8_t*>(a.w), reinterpret_cast<const uint8_t*>(a.maybe_w_up),
-                                Format::row_bytes(a.cols), a.x, a.y, a.rows, a.cols, a.n_tokens},
-        stream);
+    constexpr ops::epilogue epilogue = ops::epilogue(decltype(e)::value);
+    using kernel = kernels::gemm_i8_kernel<Format, epilogue>;
+    const int64_t weight_rows = a.rows * kernel::n_mats, steps = ceil_div<int64_t>(a.cols, kernel::bk);
+    int64_t splits = a.k_splits > 0 ? a.k_splits : gemm_i8_auto_splits(weight_rows, a.cols, a.n_tokens);
+    const int64_t per_split = ceil_div<int64_t>(steps, std::min(splits, steps));
+    splits = ceil_div<int64_t>(steps, per_split);  // none empty
+    const size_t need = gemm_i8_split_bytes(weight_rows, a.n_tokens, int(splits));
+    if (splits > 1 && (!a.maybe_workspace || a.workspace_bytes < need)) {
+      if (a.k_splits > 1)
+        return error(status_code::invalid_argument,
+                     std::string("gemm_i8 ") + Format::name + ": k_splits = " + std::to_string(a.k_splits) +
+                         " needs a workspace of " + std::to_string(need) + " bytes (have " +
+                         std::to_string(a.maybe_workspace ? a.workspace_bytes : 0) + ")");
+      splits = 1;  // automatic: unsplit without room for the partials
+    }
+    typename kernel::params p{reinterpret_cast<const uint8_t*>(a.w),
+                              reinterpret_cast<const uint8_t*>(a.maybe_w_up),
+                              Format::row_bytes(a.cols),
+                              a.x,
+                              a.y,
+                              a.rows,
+                              a.cols,
+                              a.n_tokens};
+    if (splits == 1) return launch<kernel>(p, stream);
+    p.steps_per_split = int(per_split), p.partials = static_cast<float*>(a.maybe_workspace);
+    Q35_TRY(launch<kernel>(p, stream));
+    using reduce = kernels::gemm_split_reduce_kernel<epilogue>;
+    return launch<reduce>(typename reduce::params{p.partials, a.y, a.rows, a.n_tokens, int(splits)}, stream);
   });
 }
 

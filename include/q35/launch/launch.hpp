@@ -141,6 +141,8 @@ std::string kernel_name() {
 }
 
 namespace detail {
+// n rounded up to a multiple of 256 (the alignment of the regions carved out of a workspace).
+inline size_t align_256(size_t n) { return (n + 255) / 256 * 256; }
 template <class K>
 constexpr int min_blocks_per_sm() {
   if constexpr (requires { K::min_blocks_per_sm; }) {

@@ -37,20 +37,23 @@ struct matmul_args {
   // (no workspace needed then), ignored elsewhere.
   quant::act8x2_view maybe_x8;
   // A token's row bit-identical whatever other tokens share the call, up to gemv_max_tokens tokens
-  // (gemv_args::row_invariant; the GEMM past that is invariant within itself but rounds differently).
+  // (gemv_args::row_invariant; the GEMM past that rounds differently, and is invariant within calls of
+  // 9..64 tokens and within calls of more: launch/gemm_i8.hpp's split-K).
   bool row_invariant = false;
 };
 
-// Device scratch one matmul of n_tokens rows of `cols` inputs needs (callers size their workspace
-// with it once, for their largest call; enough for any call with fewer tokens): the 16-bit
-// activations of the GEMV's integer path (up to gemv_max_tokens rows) or of the int8 tensor-core
-// GEMM (quant/act8x2.hpp, more rows). With a null or smaller workspace the GEMV takes its float path
-// (correct, slower); a GGUF integer format past gemv_max_tokens tokens needs it (an error names the
-// bytes).
-inline size_t matmul_workspace_bytes(int64_t cols, int64_t n_tokens) {
+// Device scratch one matmul of n_tokens rows of `cols` inputs and `weight_rows` rows of weights (swiglu:
+// gate and up rows, 2 x rows) needs (callers size their workspace with it once, for their largest
+// call; enough for any call with fewer tokens): the 16-bit activations of the GEMV's integer path (up
+// to gemv_max_tokens rows), or those of the int8 tensor-core GEMM (quant/act8x2.hpp, more rows) and
+// then its split-K partials (gemm_i8_split_workspace_bytes). With a null or smaller workspace the GEMV
+// takes its float path and the GEMM runs unsplit (correct, slower); a GGUF integer format past
+// gemv_max_tokens tokens needs the activations' part (an error names the bytes).
+inline size_t matmul_workspace_bytes(int64_t cols, int64_t n_tokens, int64_t weight_rows) {
   const size_t gemv = gemv_workspace_bytes(cols, n_tokens < gemv_max_tokens ? n_tokens : gemv_max_tokens);
   if (n_tokens <= gemv_max_tokens || cols % quant::act16_group_elems != 0) return gemv;
-  const size_t gemm = quant::act8x2_bytes(cols, n_tokens);
+  const size_t gemm = detail::align_256(quant::act8x2_bytes(cols, n_tokens)) +
+                      gemm_i8_split_workspace_bytes(weight_rows, cols, n_tokens);
   return gemm > gemv ? gemm : gemv;
 }
 
@@ -151,6 +154,11 @@ status matmul(const matmul_args& a, stream_t stream = nullptr) {
       } else {
         Q35_TRY(quantize_act8x2(a.x, a.n_tokens, a.w.cols, a.maybe_workspace, a.workspace_bytes, g.x, stream));
       }
+      // split-K partials after the activations' place (whether they are there or came in maybe_x8,
+      // quantize_shared_input's buffer at the start of this workspace)
+      if (const size_t x_bytes = detail::align_256(need); a.maybe_workspace && a.workspace_bytes > x_bytes)
+        g.maybe_workspace = static_cast<uint8_t*>(a.maybe_workspace) + x_bytes,
+        g.workspace_bytes = a.workspace_bytes - x_bytes;
       g.w = w, g.maybe_w_up = up, g.y = a.y, g.rows = a.w.rows, g.cols = a.w.cols;
       g.n_tokens = a.n_tokens, g.epilogue = a.epilogue;
       return gemm_i8<F>(g, stream);

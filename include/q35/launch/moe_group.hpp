@@ -44,7 +44,6 @@ inline int moe_key_bits(int n_experts) {
   while ((1 << b) <= n_experts) ++b;
   return b;
 }
-inline size_t align_256(size_t n) { return (n + 255) / 256 * 256; }
 }  // namespace detail
 
 // Device scratch of moe_group: keys, values and sorted keys [n_pairs] each, plus CUB's temporary storage.

@@ -38,7 +38,7 @@ inline moe_layout moe_plan(const ffn_shape& s, int64_t n) {
   size_t at = 0;
   auto take = [&](size_t bytes) {
     const size_t here = at;
-    at += ws_align(bytes);
+    at += align_256(bytes);
     return here;
   };
   const size_t t = size_t(n), k = size_t(s.n_experts_used);
@@ -72,9 +72,9 @@ inline moe_layout moe_plan(const ffn_shape& s, int64_t n) {
   };
   l.x8 = take(a8(s.n_embd, n));                        // [n][n_embd]
   l.act8 = take(a8(s.expert_ff_dim, n * int64_t(k)));  // [n * k][expert_ff], sorted order
-  l.mm = take(pairs && s.shared_ff_dim > 0
-                  ? std::max(matmul_workspace_bytes(s.n_embd, n), matmul_workspace_bytes(s.shared_ff_dim, n))
-                  : 0);
+  l.mm = take(pairs && s.shared_ff_dim > 0 ? std::max(matmul_workspace_bytes(s.n_embd, n, 2 * s.shared_ff_dim),
+                                                      matmul_workspace_bytes(s.shared_ff_dim, n, s.n_embd))
+                                           : 0);
   l.total = at;
   return l;
 }
