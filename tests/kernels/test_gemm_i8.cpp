@@ -357,6 +357,31 @@ TEST_CASE("gemm_i8: bad arguments are named") {
   CHECK(launch::gemm_i8(a).to_string().find("null") != std::string::npos);
 }
 
+// Split-K's arguments: a negative count, a misaligned workspace, and forced splits without room for
+// their partials are errors naming the value or the bytes; automatic splits without room run unsplit.
+TEST_CASE("gemm_i8: bad split-K arguments are named" * test::needs_device()) {
+  const int64_t rows = 40, cols = 1280, n = 12;
+  const test::matmul_case<quant::q4_k_format> c(rows, cols, n, epilogue::store, 99, true);
+  const split_input x = quantize(c.dx, n, cols);
+  device_buffer<float> y, ws;
+  Q35_REQUIRE_OK(y.allocate(size_t(n * rows)));
+  Q35_REQUIRE_OK(ws.allocate(64));
+  launch::gemm_i8_args<quant::q4_k_format> a;
+  a.w = c.w(), a.x = x.view, a.y = y.data(), a.rows = rows, a.cols = cols, a.n_tokens = n;
+  a.k_splits = -1;
+  CHECK(launch::gemm_i8(a).to_string().find("k_splits = -1 is negative") != std::string::npos);
+  a.k_splits = 2, a.maybe_workspace = reinterpret_cast<uint8_t*>(ws.data()) + 4, a.workspace_bytes = 32;
+  CHECK(launch::gemm_i8(a).to_string().find("maybe_workspace is not 16-byte aligned") != std::string::npos);
+  const std::string need = std::to_string(launch::gemm_i8_split_bytes(rows, n, 2));
+  a.maybe_workspace = ws.data(), a.workspace_bytes = ws.bytes();
+  CHECK(launch::gemm_i8(a).to_string().find("k_splits = 2 needs a workspace of " + need + " bytes (have 256)") !=
+        std::string::npos);
+  a.maybe_workspace = nullptr, a.workspace_bytes = 0;
+  CHECK(launch::gemm_i8(a).to_string().find("(have 0)") != std::string::npos);
+  a.k_splits = 0;  // automatic: 2 splits would be chosen on a 132-SM GPU, but there is no room: unsplit
+  CHECK(launch::gemm_i8(a).ok());
+}
+
 }  // namespace
 
 namespace {
