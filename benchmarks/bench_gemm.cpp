@@ -3,7 +3,9 @@
 // weights) on the projection shapes of Qwen3.5-9B, -27B and -35B-A3B at 16, 32, 64, 512 and 4,096
 // tokens: time, TFLOPS (2 rows cols tokens per matrix) and % of the mma.sync fp16 peak that a plain
 // mma loop measures in the same run ("mma_peak" below). Calls of one token tile (<= 64 tokens) also
-// run "/unsplit": without room for split-K's partials, i.e. as before split-K (launch/gemm_i8.hpp).
+// run "/unsplit": without room for split-K's partials, i.e. as before split-K (launch/gemm_i8.hpp);
+// and calls of 16 and 32 tokens on GGUF integer weights "/tile64": on the 64-token tile instead of their
+// own (16 / 32 tokens, launch::gemm_i8_tile_tokens), i.e. as before the narrow tiles.
 // Skips without a GPU.
 #include <algorithm>
 #include <cstdint>
@@ -91,7 +93,7 @@ void bm_mma_peak(benchmark::State& state) {
 // One projection of `tokens` tokens: rows x cols of type `type` (swiglu: gate and up), through
 // launch::matmul with a workspace sized as the decoder sizes it (split: with room for split-K).
 void bm_gemm(benchmark::State& state, quant::type_id type, int64_t rows, int64_t cols, int64_t tokens, bool swiglu,
-             bool split) {
+             bool split, int tile = 0) {
   if (bench::skip_without_gpu(state)) return;
 #if Q35_BACKEND_CUDA
   quant::weight_view w;
@@ -115,7 +117,7 @@ void bm_gemm(benchmark::State& state, quant::type_id type, int64_t rows, int64_t
   if (swiglu) a.maybe_w_up = w, a.maybe_w_up.data = wu.data();
   a.x = x.data(), a.y = y.data(), a.n_tokens = tokens;
   a.epilogue = swiglu ? ops::epilogue::swiglu : ops::epilogue::store;
-  a.maybe_workspace = ws.data(), a.workspace_bytes = ws.bytes();
+  a.maybe_workspace = ws.data(), a.workspace_bytes = ws.bytes(), a.gemm_tile_tokens = tile;
   bench::time_launches(state, [&](int) { return launch::matmul(a); });
   const double flop = 2.0 * n_mats * double(rows) * double(cols) * double(tokens);
   state.counters["TFLOPS"] = benchmark::Counter(flop * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
@@ -127,7 +129,7 @@ void bm_gemm(benchmark::State& state, quant::type_id type, int64_t rows, int64_t
   (void)quant::with_format(uint32_t(type), [&](auto tag) { name = decltype(tag)::type::name; });
   state.SetLabel(bench::device_name() + " " + name);
 #else
-  (void)type, (void)rows, (void)cols, (void)tokens, (void)swiglu, (void)split;
+  (void)type, (void)rows, (void)cols, (void)tokens, (void)swiglu, (void)split, (void)tile;
 #endif
 }
 
@@ -173,6 +175,18 @@ const bool registered = [] {
             ->UseManualTime()
             ->Unit(benchmark::kMicrosecond);
       }
+  for (const projection& m : projections) {
+    bool integer = false;
+    (void)quant::with_format(uint32_t(m.type),
+                             [&](auto tag) { integer = launch::gemm_i8_supports<typename decltype(tag)::type>; });
+    if (!integer) continue;
+    for (int64_t tokens : {16, 32})
+      benchmark::RegisterBenchmark(
+          (std::string("gemm/") + m.name + "/tokens:" + std::to_string(tokens) + "/tile64").c_str(),
+          [m, tokens](benchmark::State& s) { bm_gemm(s, m.type, m.rows, m.cols, tokens, m.swiglu, true, 64); })
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+  }
   return true;
 }();
 

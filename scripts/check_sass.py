@@ -47,8 +47,11 @@ EPILOGUES = ["store", "residual", "swiglu"]
 # kernels/gemm_mma_float.hpp (F32 / F16 / BF16 weights, HMMA): format, epilogue and rows (dense, or
 # the MoE grouped GEMM's gate_up / down, kernels/gemm_rows.hpp).
 ROWS = r"(?:, \(q35::kernels::gemm_rows\)(\d))?"
+# the int8 GEMM's token tile (kernels::gemm_i8_policy): 64, or 32 / 16 for dense calls of few tokens
+I8_TILE = r"(?:, q35::kernels::gemm_i8_policy<(\d+)> )?"
 TENSOR_CORE = [
-    ("gemm_i8", re.compile(r"gemm_i8_kernel<q35::quant::(\w+)_format, \(q35::ops::epilogue\)(\d)" + ROWS), "IMMA"),
+    ("gemm_i8", re.compile(r"gemm_i8_kernel<q35::quant::(\w+)_format, \(q35::ops::epilogue\)(\d)" + ROWS + I8_TILE),
+     "IMMA"),
     ("gemm_mma_float", re.compile(r"gemm_mma_float_kernel<q35::quant::(\w+)_format, \(q35::ops::epilogue\)(\d)" + ROWS),
      "HMMA"),
 ]
@@ -72,6 +75,13 @@ GDN_BUDGET = {"gdn_chunk": 3.0, "gdn_chunk_state": 3.0}
 TC_BUDGET = {("gemm_i8", "q4_k"): 18.5, ("gemm_i8", "q5_k"): 19.5, ("gemm_i8", "q8_0"): 17.5,
              ("gemm_i8", "q4_0"): 18.0, ("gemm_i8", "q6_k"): 23.0, ("gemm_mma_float", "bf16"): 5.5,
              ("gemm_mma_float", "f16"): 8.5, ("gemm_mma_float", "f32"): 10.0}
+# The dense int8 GEMM's narrow token tiles (kernels::gemm_i8_policy<32> / <16>, dense calls of at most 32 / 16
+# tokens): the same weight staging and fragment loads serve half / a quarter of the mma, so more issued
+# instructions per mma but fewer per weight (per weight = per mma x tile / 64: Q4_K sm_90 18.5 at 64, 10.2 at 32,
+# 6.4 at 16). Measured sm_80 / sm_90, rounded up.
+TC_NARROW_BUDGET = {("q4_k", 32): 21.0, ("q4_k", 16): 26.0, ("q5_k", 32): 22.5, ("q5_k", 16): 29.5,
+                    ("q8_0", 32): 20.5, ("q8_0", 16): 28.0, ("q4_0", 32): 21.0, ("q4_0", 16): 29.5,
+                    ("q6_k", 32): 24.5, ("q6_k", 16): 28.0}
 # The MoE grouped GEMM (tiles of 32 sorted pairs, kernels/gemm_rows.hpp): the int8 kernel stages
 # each weight tile for half the mma of the dense 64-token tile (+1.3-2 per mma, measured sm_80 /
 # sm_90 rounded up); the float kernels' tile is 32 tokens in both forms.
@@ -269,16 +279,23 @@ def main():
         reg, stack, _, local = res.get(mangled, (0, 0, 0, 0))
         local_ops = sum(1 for x in instrs if x[1].startswith(("LDL", "STL")))
         if g:
-            kind, key, threads = g.group(1).removesuffix("_kernel"), "HMMA", GDN_THREADS
+            kind, key, threads, per_weight = g.group(1).removesuffix("_kernel"), "HMMA", GDN_THREADS, None
             label, budget = f"{kind} d {g.group(2)}", GDN_BUDGET[kind]
             loop = hot_loop(instrs, key, innermost=True)
         else:
             kind, m, key = hit
             fmt, epi = m.group(1), EPILOGUES[int(m.group(2))]
             rows_kind = GEMM_ROWS[int(m.group(3) or 0)]
+            tile = int(m.group(4)) if m.re.groups >= 4 and m.group(4) else 64
             loop = hot_loop(instrs, key)
             label = f"{kind} {fmt} {epi}" + ("" if rows_kind == "dense" else f" {rows_kind}")
-            budget = TC_BUDGET.get((kind, fmt)) if rows_kind == "dense" else TC_GROUPED_BUDGET.get((kind, fmt))
+            if rows_kind != "dense":
+                budget = TC_GROUPED_BUDGET.get((kind, fmt))
+            elif tile != 64:
+                label += f" t{tile}"
+                budget = TC_NARROW_BUDGET.get((fmt, tile))
+            else:
+                budget = TC_BUDGET.get((kind, fmt))
             threads = 128
         if not loop:
             failures.append(f"{label}: no loop with {key} instructions")
@@ -287,8 +304,12 @@ def main():
         mma = sum(0.5 if (".16816" in op and op.startswith("IMMA")) or ".1688" in op else 1.0
                   for _, op, _ in body if op.startswith(key))
         per_mma = len(body) / mma
+        # gemm_i8: a block's 128-column step reads 64 x 128 weights, and each of its 4 warps issues
+        # 2 x (tile / 16) x 4 x 2 m16n8k32 (hi and lo planes): lane-instructions per weight = per mma x tile / 64
+        if not g:
+            per_weight = per_mma * tile / 64 if kind == "gemm_i8" else None
         ldsm = sum(1 for _, op, _ in body if op.startswith("LDSM"))
-        tc_rows.append((label, len(body), mma, per_mma, budget, ldsm, reg, stack + local + local_ops,
+        tc_rows.append((label, len(body), mma, per_mma, budget, per_weight, ldsm, reg, stack + local + local_ops,
                         occupancy(reg, threads)))
         if stack or local or local_ops:
             failures.append(f"{label}: {stack} B stack, {local} B local, {local_ops} local-memory instructions")
@@ -304,10 +325,11 @@ def main():
     if tc_rows:
         tc_rows.sort()
         print(f"\n{'tensor-core instance (' + a.arch + ')':44} {'loop':>5} {'mma':>5} {'i/mma':>6} {'budget':>6} "
-              f"{'ldsm':>4} {'regs':>4} {'local':>5} {'occ<=':>5}")
-        for label, n, mma, pm, budget, ldsm, reg, loc, occ in tc_rows:
+              f"{'i/w':>5} {'ldsm':>4} {'regs':>4} {'local':>5} {'occ<=':>5}")
+        for label, n, mma, pm, budget, pw, ldsm, reg, loc, occ in tc_rows:
             b = f"{budget:.2f}" if budget else "-"
-            print(f"{label:44} {n:5d} {mma:5.1f} {pm:6.2f} {b:>6} {ldsm:4d} {reg:4d} {loc:5d} {occ:5.2f}")
+            w = f"{pw:.2f}" if pw else "-"
+            print(f"{label:44} {n:5d} {mma:5.1f} {pm:6.2f} {b:>6} {w:>5} {ldsm:4d} {reg:4d} {loc:5d} {occ:5.2f}")
     if not rows:
         failures.append("no gemv_kernel instance found in " + a.binary)
     for f in failures:

@@ -1,5 +1,6 @@
 // The int8 tensor-core prompt path (kernels/gemm_i8.hpp) against float64 references: every integer
-// format and epilogue, token and row counts not a multiple of the 64 x 64 tile, K not a multiple of
+// format and epilogue, token and row counts not a multiple of the 64 x 64 tile (and of the 16- and
+// 32-token tiles of dense calls of few tokens), K not a multiple of
 // the 128-column step (Q8_0 / Q4_0), the widths of Qwen3.5 rows, extreme integer sums, NaN rows.
 // Tolerance: the integer path's bound (reference/gemv_reference.hpp: the activation rounding of the
 // 16-bit activations plus fp32 error) with the chain of one addition per 32-element group (split-K's
@@ -8,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "matmul_case.hpp"
@@ -47,13 +49,14 @@ split_input quantize(const device_buffer<float>& x, int64_t n_tokens, int64_t co
 
 template <class F>
 void check_gemm_i8(int64_t rows, int64_t cols, int64_t n_tokens, epilogue e, uint64_t seed, bool all_orders = true,
-                   int k_splits = 0) {
+                   int k_splits = 0, int tile = 0) {
   CAPTURE(F::name);
   CAPTURE(rows);
   CAPTURE(cols);
   CAPTURE(n_tokens);
   CAPTURE(int(e));
   CAPTURE(k_splits);
+  CAPTURE(tile);
   const test::matmul_case<F> c(rows, cols, n_tokens, e, seed, /*act16=*/true);
   const split_input x = quantize(c.dx, n_tokens, cols);
   // forced splits: a workspace of exactly the partials' size (poisoned: every partial is written)
@@ -70,7 +73,7 @@ void check_gemm_i8(int64_t rows, int64_t cols, int64_t n_tokens, epilogue e, uin
     a.maybe_w_up = e == epilogue::swiglu ? c.w_up() : nullptr;
     a.x = x.view, a.y = dy.data();
     a.rows = rows, a.cols = cols, a.n_tokens = n_tokens, a.epilogue = e;
-    a.k_splits = k_splits, a.maybe_workspace = ws.data(), a.workspace_bytes = ws_bytes;
+    a.k_splits = k_splits, a.maybe_workspace = ws.data(), a.workspace_bytes = ws_bytes, a.tile_tokens = tile;
     Q35_REQUIRE_OK(launch::gemm_i8(a));
     const auto y = test::to_host(dy);
     int64_t bad = 0, bad_tail = 0;
@@ -103,9 +106,33 @@ TEST_CASE_TEMPLATE("gemm_i8: odd tiles, every integer format and epilogue" * tes
   check_gemm_i8<F>(45, 2 * kq<F>, 66, epilogue::swiglu, 73);  // swiglu: 32 outputs per row tile
 }
 
+// The 16- and 32-token tiles: chosen for calls of 1..16 and 17..32 tokens, and forced over several
+// token tiles (each partial), split and not.
+TEST_CASE_TEMPLATE("gemm_i8: the 16- and 32-token tiles, every integer format and epilogue" * test::needs_device(), F,
+                   quant::q8_0_format, quant::q4_0_format, quant::q4_k_format, quant::q5_k_format, quant::q6_k_format) {
+  CHECK(launch::gemm_i8_tile_tokens(1) == 16);
+  CHECK(launch::gemm_i8_tile_tokens(16) == 16);
+  CHECK(launch::gemm_i8_tile_tokens(17) == 32);
+  CHECK(launch::gemm_i8_tile_tokens(32) == 32);
+  CHECK(launch::gemm_i8_tile_tokens(33) == 64);
+  CHECK(launch::gemm_i8_tile_tokens(1000) == 64);
+  check_gemm_i8<F>(70, 2 * kq<F>, 16, epilogue::store, 74);  // one full 16-token tile, 2 row tiles
+  check_gemm_i8<F>(64, 3 * kq<F>, 3, epilogue::residual, 75, false);
+  check_gemm_i8<F>(45, 2 * kq<F>, 13, epilogue::swiglu, 76);
+  check_gemm_i8<F>(70, 2 * kq<F>, 32, epilogue::residual, 77);  // one full 32-token tile
+  check_gemm_i8<F>(45, 2 * kq<F>, 21, epilogue::swiglu, 78, false);
+  check_gemm_i8<F>(70, 2 * kq<F>, 45, epilogue::store, 79, false, 0, 16);   // 3 tiles of 16, the last of 13
+  check_gemm_i8<F>(45, 2 * kq<F>, 70, epilogue::swiglu, 80, false, 0, 32);  // 3 tiles of 32, the last of 6
+  check_gemm_i8<F>(40, 1280, 20, epilogue::residual, 81, false, 3, 16);     // split K over 2 tiles of 16
+  check_gemm_i8<F>(40, 1280, 33, epilogue::swiglu, 82, false, 4, 32);
+}
+
 TEST_CASE_TEMPLATE("gemm_i8: K tails of the 32-element formats" * test::needs_device(), F, quant::q8_0_format,
                    quant::q4_0_format) {
-  for (int64_t cols : {32, 96, 160, 224}) check_gemm_i8<F>(17, cols, 12, epilogue::store, 80 + cols, false);
+  for (int64_t cols : {32, 96, 160, 224}) {
+    check_gemm_i8<F>(17, cols, 12, epilogue::store, 80 + cols, false);
+    check_gemm_i8<F>(17, cols, 40, epilogue::residual, 90 + cols, false, 0, 32);
+  }
 }
 
 // Split-K (forced): K ranges of 4, 4, 2 and 3, 3, 3, 1 steps of 128 columns (the last range short),
@@ -126,7 +153,8 @@ TEST_CASE_TEMPLATE("gemm_i8: split-K over a K tail" * test::needs_device(), F, q
 
 // launch::matmul with the workspace matmul_workspace_bytes sizes: a call of one token tile on a
 // matrix of one row tile splits K automatically (one more launch: the reduction), and a token's row
-// is bit-identical in every such call (9..64 tokens); past one token tile it runs unsplit.
+// is bit-identical in every such call (9..64 tokens, on the 16-, 32- and 64-token tiles); past one
+// token tile it runs unsplit.
 TEST_CASE("gemm_i8: matmul splits K for few row tiles, the same way at 9..64 tokens" * test::needs_device()) {
   const int64_t rows = 40, cols = 2560, n_max = 64;
   CHECK(launch::gemm_i8_auto_splits(rows, cols, 9) ==
@@ -162,7 +190,7 @@ TEST_CASE("gemm_i8: matmul splits K for few row tiles, the same way at 9..64 tok
     bad += !(std::fabs(double(all[size_t(i)]) - want) <= tol);
   }
   CHECK(bad == 0);
-  for (const int64_t n : {9, 10, 33, 63}) {
+  for (const int64_t n : {9, 10, 16, 17, 32, 33, 63}) {
     CAPTURE(n);
     const int64_t t0 = n_max - n;
     const auto y = run(t0, n, launches);
@@ -277,44 +305,76 @@ TEST_CASE("gemm_i8: quantize_act8x2 splits the act16 values exactly" * test::nee
 // 8 row addresses of 16 bytes), of the 16-byte staging stores and of the cp.async writes covers the
 // 8 distinct 16-byte positions of a 128-byte bank line, i.e. all 32 banks once. The addresses are
 // the kernel's own (swz and the lane-to-row maps written out as in the kernel).
-TEST_CASE("gemm_i8: ldmatrix, staging and cp.async addresses are free of bank conflicts") {
-  using K = kernels::gemm_i8_kernel<quant::q4_k_format, epilogue::store>;
+// Every tile: the A (weights) fragments of a warp's two 16-row tiles, its B (activations) fragments (x4
+// over pairs of 8-token tiles; x2 over the one tile of the 16-token tile's warps), the staging stores
+// and the cp.async copies, 8 addresses per phase.
+template <int Bn>
+void check_bank_conflicts() {
+  CAPTURE(Bn);
+  using K = kernels::gemm_i8_kernel<quant::q4_k_format, epilogue::store, kernels::gemm_rows::dense,
+                                    kernels::gemm_i8_policy<Bn>>;
   auto distinct = [](const std::vector<int>& offsets) {
     int seen = 0;
     for (int o : offsets) seen |= 1 << ((o / 16) % 8);
     return seen == 0xff;
   };
   int phases = 0, bad = 0;
+  auto phase = [&](auto address, int first_lane) {
+    std::vector<int> off;
+    for (int lane = first_lane; lane < first_lane + 8; ++lane) {
+      const auto [r, c] = address(lane);
+      off.push_back(r * K::bk + K::swz(r, c));
+    }
+    ++phases, bad += !distinct(off);
+  };
   for (int warp = 0; warp < 4; ++warp)
-    for (int kq = 0; kq < K::k32; ++kq)
-      for (int tile = 0; tile < 2; ++tile)
-        for (int which = 0; which < 2; ++which)  // A (weights) or B (activations) fragments
-          for (int j = 0; j < 4; ++j) {          // the matrix = the phase
-            std::vector<int> off;
-            for (int lane = 8 * j; lane < 8 * j + 8; ++lane) {
-              int r, c;
-              if (which == 0) {
-                r = 32 * (warp >> 1) + 16 * tile + (lane & 7) + 8 * ((lane >> 3) & 1), c = 2 * kq + (lane >> 4);
-              } else {
-                r = 32 * (warp & 1) + 16 * tile + (lane & 7) + 8 * (lane >> 4), c = 2 * kq + ((lane >> 3) & 1);
-              }
-              off.push_back(r * K::bk + K::swz(r, c));
-            }
-            ++phases, bad += !distinct(off);
-          }
+    for (int kq = 0; kq < K::k32; ++kq) {
+      for (int mi = 0; mi < 2; ++mi)
+        for (int j = 0; j < 4; ++j)
+          phase(
+              [&](int lane) {
+                return std::pair{32 * (warp >> 1) + 16 * mi + (lane & 7) + 8 * ((lane >> 3) & 1), 2 * kq + (lane >> 4)};
+              },
+              8 * j);
+      if constexpr (K::n_nt == 1) {
+        for (int j = 0; j < 2; ++j)
+          phase(
+              [&](int lane) {
+                return std::pair{K::warp_tokens * (warp & 1) + (lane & 7), 2 * kq + ((lane >> 3) & 1)};
+              },
+              8 * j);
+      } else {
+        for (int np = 0; np < K::n_nt / 2; ++np)
+          for (int j = 0; j < 4; ++j)
+            phase(
+                [&](int lane) {
+                  return std::pair{K::warp_tokens * (warp & 1) + 16 * np + (lane & 7) + 8 * (lane >> 4),
+                                   2 * kq + ((lane >> 3) & 1)};
+                },
+                8 * j);
+      }
+    }
+  const int fragment_phases = phases;
+  CHECK(fragment_phases == 4 * K::k32 * (8 + (K::n_nt == 1 ? 2 : 4 * K::n_nt / 2)));
   for (int t0 = 0; t0 < K::threads; t0 += 8)
     for (int c = 0; c < 4; ++c) {  // store_w: thread t writes chunk 4 (t & 1) + c of row t >> 1
       std::vector<int> off;
       for (int t = t0; t < t0 + 8; ++t) off.push_back((t >> 1) * K::bk + K::swz(t >> 1, 4 * (t & 1) + c));
       ++phases, bad += !distinct(off);
     }
-  for (int i0 = 0; i0 < 4 * K::threads; i0 += 8) {  // stage_x: copy idx writes chunk idx & 7 of row idx >> 3
+  for (int i0 = 0; i0 < K::bn * 8; i0 += 8) {  // stage_x: copy idx writes chunk idx & 7 of row idx >> 3
     std::vector<int> off;
     for (int idx = i0; idx < i0 + 8; ++idx) off.push_back((idx >> 3) * K::bk + K::swz(idx >> 3, idx & 7));
     ++phases, bad += !distinct(off);
   }
-  CHECK(phases == 4 * K::k32 * 2 * 2 * 4 + 16 * 4 + 64);
+  CHECK(phases == fragment_phases + 16 * 4 + K::bn);
   CHECK(bad == 0);
+}
+
+TEST_CASE("gemm_i8: ldmatrix, staging and cp.async addresses are free of bank conflicts") {
+  check_bank_conflicts<64>();
+  check_bank_conflicts<32>();
+  check_bank_conflicts<16>();
 }
 
 // launch::matmul past 8 tokens: x split once by quantize_shared_input (maybe_x8, no workspace) gives
@@ -359,6 +419,7 @@ TEST_CASE("gemm_i8: bad arguments are named") {
 
 // Split-K's arguments: a negative count, a misaligned workspace, and forced splits without room for
 // their partials are errors naming the value or the bytes; automatic splits without room run unsplit.
+// A token tile other than 16, 32 or 64 is named.
 TEST_CASE("gemm_i8: bad split-K arguments are named" * test::needs_device()) {
   const int64_t rows = 40, cols = 1280, n = 12;
   const test::matmul_case<quant::q4_k_format> c(rows, cols, n, epilogue::store, 99, true);
@@ -380,6 +441,11 @@ TEST_CASE("gemm_i8: bad split-K arguments are named" * test::needs_device()) {
   CHECK(launch::gemm_i8(a).to_string().find("(have 0)") != std::string::npos);
   a.k_splits = 0;  // automatic: 2 splits would be chosen on a 132-SM GPU, but there is no room: unsplit
   CHECK(launch::gemm_i8(a).ok());
+  for (const int tile : {8, 48, -16, 128}) {
+    a.tile_tokens = tile;
+    CHECK(launch::gemm_i8(a).to_string().find("tile_tokens = " + std::to_string(tile) +
+                                              " is not 0 (automatic), 16, 32 or 64") != std::string::npos);
+  }
 }
 
 }  // namespace

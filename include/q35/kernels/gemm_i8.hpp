@@ -51,11 +51,14 @@ namespace q35::kernels {
 
 // 64 tokens per block for the dense GEMM; the grouped MoE GEMM's tiles are moe_group_tile = 32
 // sorted pairs (35B-A3B at 512 tokens: 16 pairs per expert on average, so 64 would idle 3/4 of it).
+// Dense calls of at most 16 or 32 tokens (decode batches, short chunks) take tiles of 16 or 32
+// (launch::gemm_i8_tile_tokens): the mma and the per-group float work scale with the tile's tokens,
+// not with the call's, so a 64-token tile would issue 4x (2x) the instructions per weight.
 template <int TileTokens = 64>
 struct gemm_i8_policy {
   static constexpr int threads = 128;
   static constexpr int tile_rows = 64;            // weight rows in shared memory (output rows: 64 / matrices)
-  static constexpr int tile_tokens = TileTokens;  // tokens per block: 64 or 32
+  static constexpr int tile_tokens = TileTokens;  // tokens per block: 64, 32 or 16
   static constexpr int tile_k = 128;              // columns per K step
 };
 
@@ -74,11 +77,12 @@ struct gemm_i8_kernel {
   // itself ptxas (nvcc 13.0, sm_90) then trimmed its dense store / residual instances to 168 (three
   // blocks) and spilled 4 bytes. The others keep ptxas's own choice (a minimum of 2 made them spill).
   static constexpr int min_blocks_per_sm = k16 ? 2 : 0;
-  static_assert(threads == 128 && bm == 64 && (bn == 64 || bn == 32) && bk == 128,
+  static_assert(threads == 128 && bm == 64 && (bn == 64 || bn == 32 || bn == 16) && bk == 128,
                 "the mapping below is written for these tiles");
-  static constexpr int warp_tokens = bn / 2, n_nt = warp_tokens / 8;  // tokens, n8 tiles per warp
+  static constexpr int warp_tokens = bn / 2, n_nt = warp_tokens / 8;  // tokens, n8 tiles per warp (4, 2 or 1)
   static constexpr int x_chunks = bn * 8 / threads;                   // plane chunks per thread and step
-  static constexpr int x_groups = bn * k32 / threads;                 // group records per thread and step
+  static constexpr int x_records = bn * k32;                          // group records per step
+  static constexpr int x_groups = ceil_div(x_records, threads);       // ... per thread (bn = 16: threads < 64)
   static constexpr uint32_t magic_bits = 0x4b400000u;                 // 1.5 * 2^23
   static constexpr float magic = 12582912.0f;
 
@@ -161,6 +165,8 @@ struct gemm_i8_kernel {
       const int r = (t + threads * i) % bn;
       grow[i] = r < tile.n ? gemm_x_row<Rows>(p.groups, tile, r) : -1;
     }
+    // only the first x_records copies of a step exist (every thread's, but at bn = 16)
+    const bool stages_records = x_records % threads == 0 || t < x_records % threads;
     // activations of one step into buffer b: x_chunks + x_chunks chunks of the planes and x_groups
     // group records per thread
     auto stage_x = [&](int step, int b) {
@@ -176,6 +182,7 @@ struct gemm_i8_kernel {
       }
       Q35_UNROLL
       for (int i = 0; i < x_groups; ++i) {
+        if (i == x_groups - 1 && !stages_records) break;
         const int idx = t + threads * i, r = idx % bn, g = idx / bn;
         const int64_t gi = k0 / 32 + g;
         const bool in = grow[i] >= 0 && gi < p.cols / 32;
@@ -210,12 +217,21 @@ struct gemm_i8_kernel {
           const int r = 32 * wr + 16 * mi + (lane & 7) + 8 * ((lane >> 3) & 1), c = 2 * kq + (lane >> 4);
           arch::ldmatrix_x4(a[mi].r, &s.w[r][swz(r, c)]);
         }
-        uint32_t bh[n_nt / 2][4], bl[n_nt / 2][4];  // [n-tile pair][b0, b1 of tile 2 np, b0, b1 of 2 np + 1]
-        Q35_UNROLL
-        for (int np = 0; np < n_nt / 2; ++np) {
-          const int r = warp_tokens * wt + 16 * np + (lane & 7) + 8 * (lane >> 4), c = 2 * kq + ((lane >> 3) & 1);
-          arch::ldmatrix_x4(bh[np], &s.xh[b][r][swz(r, c)]);
-          arch::ldmatrix_x4(bl[np], &s.xl[b][r][swz(r, c)]);
+        // [n-tile pair][b0, b1 of tile 2 np, b0, b1 of 2 np + 1]; one n-tile (bn = 16): b0, b1 of tile 0
+        uint32_t bh[(n_nt + 1) / 2][4], bl[(n_nt + 1) / 2][4];
+        if constexpr (n_nt == 1) {
+          const int r = warp_tokens * wt + (lane & 7), c = 2 * kq + ((lane >> 3) & 1);  // lanes 16..31: unused
+          uint32_t h2[2], l2[2];
+          arch::ldmatrix_x2(h2, &s.xh[b][r][swz(r, c)]);
+          arch::ldmatrix_x2(l2, &s.xl[b][r][swz(r, c)]);
+          bh[0][0] = h2[0], bh[0][1] = h2[1], bl[0][0] = l2[0], bl[0][1] = l2[1];
+        } else {
+          Q35_UNROLL
+          for (int np = 0; np < n_nt / 2; ++np) {
+            const int r = warp_tokens * wt + 16 * np + (lane & 7) + 8 * (lane >> 4), c = 2 * kq + ((lane >> 3) & 1);
+            arch::ldmatrix_x4(bh[np], &s.xh[b][r][swz(r, c)]);
+            arch::ldmatrix_x4(bl[np], &s.xl[b][r][swz(r, c)]);
+          }
         }
         // the weight factors of this lane's rows 32 wr + 16 mi + gq + 8 h, the activation records
         // of its tokens warp_tokens wt + 8 ni + 2 tq + {0, 1}

@@ -32,7 +32,18 @@ struct gemm_i8_args {
   void* maybe_workspace = nullptr;
   size_t workspace_bytes = 0;
   int k_splits = 0;
+  // Tokens per block: 16, 32 or 64; 0: gemm_i8_tile_tokens(n_tokens). Tests and benchmarks may force it.
+  int tile_tokens = 0;
 };
+
+// Token tile of a dense call of n_tokens tokens: the narrowest of 16, 32 and 64 that holds them all (one
+// token tile), 64 past that. Each output is computed the same way in every tile (the same groups and
+// splits in the same order; only how many tokens share a weight fragment differs), so a token's row
+// does not depend on the tile either. Issued instructions per weight (Q4_K, sm_90, the hot loop of a
+// 128-column step of the 4 warps, scripts/check_sass.py): ~6 at 16, 10.2 at 32, 18.5 at 64 (per weight
+// and token at a full tile: 0.38, 0.32, 0.29): a call of 9..32 tokens on the 64-token tile would issue
+// 2-3x what it needs, and be issue-bound far below the bandwidth it could use.
+inline int gemm_i8_tile_tokens(int64_t n_tokens) { return n_tokens <= 16 ? 16 : n_tokens <= 32 ? 32 : 64; }
 
 // Split-K. The dense GEMM's grid is its token tiles x row tiles: a call of one token tile (9..64
 // tokens: decode batches, short prompt chunks) on a matrix of few rows gives fewer blocks than SMs
@@ -91,44 +102,59 @@ requires gemm_i8_supports<Format> status validate(const gemm_i8_args<Format>& a)
   if (reinterpret_cast<uintptr_t>(a.w) % align != 0 || reinterpret_cast<uintptr_t>(a.maybe_w_up) % align != 0)
     return bad("weights are not " + std::to_string(align) + "-byte aligned");
   if (a.k_splits < 0) return bad("k_splits = " + std::to_string(a.k_splits) + " is negative");
+  if (a.tile_tokens != 0 && a.tile_tokens != 16 && a.tile_tokens != 32 && a.tile_tokens != 64)
+    return bad("tile_tokens = " + std::to_string(a.tile_tokens) + " is not 0 (automatic), 16, 32 or 64");
   if (reinterpret_cast<uintptr_t>(a.maybe_workspace) % 16 != 0) return bad("maybe_workspace is not 16-byte aligned");
   return status::success();
 }
+
+namespace detail {
+
+// One dense call on the token tile Bn (split-K as gemm_i8_auto_splits or the caller says).
+template <quant::weight_format Format, ops::epilogue Epilogue, int Bn>
+status gemm_i8_tile(const gemm_i8_args<Format>& a, stream_t stream) {
+  using kernel = kernels::gemm_i8_kernel<Format, Epilogue, kernels::gemm_rows::dense, kernels::gemm_i8_policy<Bn>>;
+  const int64_t weight_rows = a.rows * kernel::n_mats, steps = ceil_div<int64_t>(a.cols, kernel::bk);
+  int64_t splits = a.k_splits > 0 ? a.k_splits : gemm_i8_auto_splits(weight_rows, a.cols, a.n_tokens);
+  const int64_t per_split = ceil_div<int64_t>(steps, std::min(splits, steps));
+  splits = ceil_div<int64_t>(steps, per_split);  // none empty
+  const size_t need = gemm_i8_split_bytes(weight_rows, a.n_tokens, int(splits));
+  if (splits > 1 && (!a.maybe_workspace || a.workspace_bytes < need)) {
+    if (a.k_splits > 1)
+      return error(status_code::invalid_argument,
+                   std::string("gemm_i8 ") + Format::name + ": k_splits = " + std::to_string(a.k_splits) +
+                       " needs a workspace of " + std::to_string(need) + " bytes (have " +
+                       std::to_string(a.maybe_workspace ? a.workspace_bytes : 0) + ")");
+    splits = 1;  // automatic: unsplit without room for the partials
+  }
+  typename kernel::params p{reinterpret_cast<const uint8_t*>(a.w),
+                            reinterpret_cast<const uint8_t*>(a.maybe_w_up),
+                            Format::row_bytes(a.cols),
+                            a.x,
+                            a.y,
+                            a.rows,
+                            a.cols,
+                            a.n_tokens};
+  if (splits == 1) return launch<kernel>(p, stream);
+  p.steps_per_split = int(per_split), p.partials = static_cast<float*>(a.maybe_workspace);
+  Q35_TRY(launch<kernel>(p, stream));
+  using reduce = kernels::gemm_split_reduce_kernel<Epilogue>;
+  return launch<reduce>(typename reduce::params{p.partials, a.y, a.rows, a.n_tokens, int(splits)}, stream);
+}
+
+}  // namespace detail
 
 // Y = X W^T (+ epilogue); asynchronous on `stream`.
 template <quant::weight_format Format>
 requires gemm_i8_supports<Format> status gemm_i8(const gemm_i8_args<Format>& a, stream_t stream = nullptr) {
   Q35_TRY(validate(a));
   if (a.n_tokens == 0 || a.rows == 0) return status::success();
-  return dispatch<0, 1, 2>(int(a.epilogue), [&](auto e) -> status {
-    constexpr ops::epilogue epilogue = ops::epilogue(decltype(e)::value);
-    using kernel = kernels::gemm_i8_kernel<Format, epilogue>;
-    const int64_t weight_rows = a.rows * kernel::n_mats, steps = ceil_div<int64_t>(a.cols, kernel::bk);
-    int64_t splits = a.k_splits > 0 ? a.k_splits : gemm_i8_auto_splits(weight_rows, a.cols, a.n_tokens);
-    const int64_t per_split = ceil_div<int64_t>(steps, std::min(splits, steps));
-    splits = ceil_div<int64_t>(steps, per_split);  // none empty
-    const size_t need = gemm_i8_split_bytes(weight_rows, a.n_tokens, int(splits));
-    if (splits > 1 && (!a.maybe_workspace || a.workspace_bytes < need)) {
-      if (a.k_splits > 1)
-        return error(status_code::invalid_argument,
-                     std::string("gemm_i8 ") + Format::name + ": k_splits = " + std::to_string(a.k_splits) +
-                         " needs a workspace of " + std::to_string(need) + " bytes (have " +
-                         std::to_string(a.maybe_workspace ? a.workspace_bytes : 0) + ")");
-      splits = 1;  // automatic: unsplit without room for the partials
-    }
-    typename kernel::params p{reinterpret_cast<const uint8_t*>(a.w),
-                              reinterpret_cast<const uint8_t*>(a.maybe_w_up),
-                              Format::row_bytes(a.cols),
-                              a.x,
-                              a.y,
-                              a.rows,
-                              a.cols,
-                              a.n_tokens};
-    if (splits == 1) return launch<kernel>(p, stream);
-    p.steps_per_split = int(per_split), p.partials = static_cast<float*>(a.maybe_workspace);
-    Q35_TRY(launch<kernel>(p, stream));
-    using reduce = kernels::gemm_split_reduce_kernel<epilogue>;
-    return launch<reduce>(typename reduce::params{p.partials, a.y, a.rows, a.n_tokens, int(splits)}, stream);
+  const int tile = a.tile_tokens ? a.tile_tokens : gemm_i8_tile_tokens(a.n_tokens);
+  return dispatch<0, 1, 2>(int(a.epilogue), [&](auto e) {
+    return dispatch<16, 32, 64>(tile, [&](auto bn) {
+      constexpr ops::epilogue epilogue = ops::epilogue(decltype(e)::value);
+      return detail::gemm_i8_tile<Format, epilogue, decltype(bn)::value>(a, stream);
+    });
   });
 }
 

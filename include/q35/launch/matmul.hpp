@@ -40,6 +40,8 @@ struct matmul_args {
   // (gemv_args::row_invariant; the GEMM past that rounds differently, and is invariant within calls of
   // 9..64 tokens and within calls of more: launch/gemm_i8.hpp's split-K).
   bool row_invariant = false;
+  // The int8 GEMM's token tile (gemm_i8_args::tile_tokens): 0 chooses it from n_tokens; benchmarks may force it.
+  int gemm_tile_tokens = 0;
 };
 
 // Device scratch one matmul of n_tokens rows of `cols` inputs and `weight_rows` rows of weights (swiglu:
@@ -160,7 +162,7 @@ status matmul(const matmul_args& a, stream_t stream = nullptr) {
         g.maybe_workspace = static_cast<uint8_t*>(a.maybe_workspace) + x_bytes,
         g.workspace_bytes = a.workspace_bytes - x_bytes;
       g.w = w, g.maybe_w_up = up, g.y = a.y, g.rows = a.w.rows, g.cols = a.w.cols;
-      g.n_tokens = a.n_tokens, g.epilogue = a.epilogue;
+      g.n_tokens = a.n_tokens, g.epilogue = a.epilogue, g.tile_tokens = a.gemm_tile_tokens;
       return gemm_i8<F>(g, stream);
     } else {
       gemm_args<F> g;
