@@ -295,38 +295,59 @@ TEST_CASE("decoder: a decode step is one upload (also on a new page), one downlo
 // A decode step's graph is recorded once, for the step after the prompt, and replayed while the
 // sequences grow: split-KV attention must then cover keys past the last split the capture-time length
 // needed (the kernel cuts each sequence by its current length, attn_batch::seq_splits). A 60-token
-// prompt and 12 greedy steps cross 64 keys, the smallest split, after the capture (one split, then two); the replayed
-// steps equal the same steps with every launch issued directly, bit for bit, on the dense and interleaved fixtures (f16
-// KV).
-TEST_CASE("decoder: replayed decode steps past the capture's key split equal eager steps") {
+// prompt and 12 greedy steps cross 64 keys, the smallest split, after the capture (one split, then two);
+// the replayed steps equal the same steps with every launch issued directly, bit for bit, on the dense
+// and interleaved fixtures (f16 KV). So do steps after a capture that failed (sim_fail_next_capture: at
+// its first operation, and part-way through the step, with the operations before it recorded and never
+// run): the decoder says why and runs every step eagerly.
+TEST_CASE("decoder: replayed decode steps past the capture's key split equal eager steps, and so does the fallback") {
+  enum class mode { eager, graphs, capture_fails_at_once, capture_fails_midway };
   for (const char* gguf : {"tiny_dense_q4km.gguf", "tiny_interleaved_q4km.gguf"}) {
     CAPTURE(gguf);
     const auto l = load_model(gguf);
     const int64_t nv = l->model.hparams().n_vocab;
     std::vector<int32_t> prompt;
     for (int i = 0; i < 60; ++i) prompt.push_back(int32_t((i * 131 + 17) % nv));
-    std::vector<std::vector<float>> rows[2];
-    for (const bool graphs : {true, false}) {
+    std::vector<std::vector<float>> eager;
+    for (const mode m : {mode::eager, mode::graphs, mode::capture_fails_at_once, mode::capture_fails_midway}) {
+      CAPTURE(int(m));
       gen::decoder d;
       gen::decoder_config c;
-      c.n_ctx = 256, c.kv_type = kv::kv_type::f16, c.keep_all_logits = false, c.use_graphs = graphs;
+      c.n_ctx = 256, c.kv_type = kv::kv_type::f16, c.keep_all_logits = false, c.use_graphs = m != mode::eager;
       Q35_OK(d.init(l->model, c));
       Q35_OK(d.eval(prompt));
+      const int64_t fault_at = m == mode::capture_fails_at_once ? 0 : m == mode::capture_fails_midway ? 40 : -1;
+      sim_fail_next_capture(fault_at);  // the first decode step's capture
+      std::vector<std::vector<float>> rows;
       for (int i = 0; i < 12; ++i) {
         int32_t id = -1;
         Q35_OK(d.sample(greedy(), d.tokens(), id));
         std::vector<float> r;
         Q35_OK(d.eval({&id, 1}, &r));
-        rows[graphs].push_back(std::move(r));
+        rows.push_back(std::move(r));
       }
-      CHECK(d.graph_replays() == (graphs ? 12 : 0));
+      sim_fail_next_capture(-1);
+      CHECK(d.graph_replays() == (m == mode::graphs ? 12 : 0));
+      CHECK(d.graphs_active() == (m == mode::graphs));
       CHECK(d.n_past() == 72);
-    }
-    REQUIRE(rows[0].size() == rows[1].size());
-    for (size_t i = 0; i < rows[0].size(); ++i) {
-      CAPTURE(i);
-      REQUIRE(rows[0][i].size() == size_t(nv));
-      CHECK(std::memcmp(rows[0][i].data(), rows[1][i].data(), size_t(nv) * sizeof(float)) == 0);
+      if (fault_at >= 0) {
+        const std::string& why = d.graph_failure();
+        CHECK(why.find("capturing the decode step of 1 sequence(s)") != std::string::npos);
+        CHECK(why.find("operation " + std::to_string(fault_at) + ", failed by sim_fail_next_capture") !=
+              std::string::npos);
+      } else {
+        CHECK(d.graph_failure().empty());
+      }
+      if (m == mode::eager) {
+        eager = std::move(rows);
+        continue;
+      }
+      REQUIRE(rows.size() == eager.size());
+      for (size_t i = 0; i < rows.size(); ++i) {
+        CAPTURE(i);
+        REQUIRE(rows[i].size() == size_t(nv));
+        CHECK(std::memcmp(rows[i].data(), eager[i].data(), size_t(nv) * sizeof(float)) == 0);
+      }
     }
   }
 }

@@ -325,6 +325,36 @@ TEST_CASE("sim graphs: work outside the captured stream invalidates the capture,
   CHECK(g.capture(nullptr, [] { return status::success(); }).message().find("null stream") != std::string::npos);
   check_next_launch_is_clean(error(status_code::launch_failed, "after the attempts"), stream.get());
 }
+
+// The fault the decoder's tests inject to reach its eager fallback: the next capture fails at the
+// operation asked for (the ones before it are recorded, the call at it returns the error), once.
+TEST_CASE("sim graphs: sim_fail_next_capture fails the next capture at the operation it names, once") {
+  owned_stream stream;
+  Q35_REQUIRE_OK(stream.create());
+  auto y = test::poisoned<float>(100);
+  auto three = [&] {
+    for (int i = 0; i < 3; ++i) Q35_TRY(launch::launch<fill_kernel>({y.data(), 100, float(i)}, stream.get()));
+    return status::success();
+  };
+  launch_graph g;
+  sim_fail_next_capture(1);
+  int launched = 0;
+  const status s = g.capture(stream.get(), [&] {
+    for (int i = 0; i < 3; ++i, ++launched) Q35_TRY(launch::launch<fill_kernel>({y.data(), 100, 1.0f}, stream.get()));
+    return status::success();
+  });
+  CHECK(launched == 1);  // the second launch failed
+  CHECK_FALSE(g.ready());
+  CHECK(s.message().find("a kernel launch (operation 1, failed by sim_fail_next_capture)") != std::string::npos);
+  Q35_REQUIRE_OK(g.capture(stream.get(), three));  // spent
+  CHECK(g.ready());
+  sim_fail_next_capture(3);  // past the capture's last operation: it succeeds, and the fault is spent
+  Q35_REQUIRE_OK(g.capture(stream.get(), three));
+  sim_fail_next_capture(0);
+  sim_fail_next_capture(-1);  // disarmed
+  Q35_REQUIRE_OK(g.capture(stream.get(), three));
+  check_next_launch_is_clean(error(status_code::launch_failed, "after the injected fault"), stream.get());
+}
 #endif
 
 // A side stream's copy reaches another stream's kernel through an event, and the host through a query

@@ -222,6 +222,7 @@ class launch_graph {
     stream->run_all();
     sim_capture cap;
     cap.stream = stream;
+    cap.fault_at = std::exchange(detail::next_capture_fault(), -1);
     struct scope {  // ends the capture however record() leaves
       sim_stream* s;
       ~scope() { s->capture = nullptr, detail::active_capture() = nullptr; }

@@ -173,8 +173,23 @@ inline status check_side(const char* what, const char* side, const void* p, size
 struct sim_capture {
   sim_stream* stream = nullptr;
   std::vector<std::function<status()> > ops;
-  std::string invalid;  // the first call that invalidated the capture; empty while it is valid
+  std::string invalid;    // the first call that invalidated the capture; empty while it is valid
+  int64_t fault_at = -1;  // sim_fail_next_capture: the recorded operation that fails, or -1
 };
+
+namespace detail {
+inline int64_t& next_capture_fault() {
+  static thread_local int64_t at = -1;
+  return at;
+}
+}  // namespace detail
+
+// Fault injection for tests of what runs after a failed capture (the decoder's eager fallback): the
+// next capture begun on this host thread fails at its operation `at_op` (0: the first kernel launch,
+// copy or fill it would record), as a CUDA capture fails at a call it cannot record; that call returns
+// the error and the capture reports it. A capture with no operation `at_op` succeeds, and the fault is
+// spent either way; -1 disarms it.
+inline void sim_fail_next_capture(int64_t at_op) { detail::next_capture_fault() = at_op; }
 
 namespace detail {
 // The capture in progress on this host thread, or null.
@@ -202,7 +217,11 @@ inline status issue(stream_t stream, const char* what, std::function<status()> o
   bool record = false;
   Q35_TRY(check_capture(stream, what, record));
   if (record) {
-    stream->capture->ops.push_back(std::move(op));
+    sim_capture& cap = *stream->capture;
+    if (cap.fault_at == int64_t(cap.ops.size()))
+      return invalidate_capture(std::string(what) + " (operation " + std::to_string(cap.fault_at) +
+                                ", failed by sim_fail_next_capture)");
+    cap.ops.push_back(std::move(op));
     return status::success();
   }
   return stream ? stream->submit(std::move(op)) : op();
