@@ -201,6 +201,42 @@ TEST_CASE("gemm_i8: matmul splits K for few row tiles, the same way at 9..64 tok
   CHECK((!sim || launches == 2));  // two token tiles: unsplit
 }
 
+// Called directly (matmul takes the GEMV there), the GEMM gives a token's row the same bits in calls
+// of 1..8 tokens (the 16-token tile, the automatic splits of the shape) as in a 64-token call: what a
+// batch-invariant mode running every decode row through it would rely on (docs/server.md, "Not yet").
+TEST_CASE_TEMPLATE("gemm_i8: a token's row is bit-identical in calls of 1..8 tokens and of 64" * test::needs_device(),
+                   F, quant::q8_0_format, quant::q4_k_format, quant::q6_k_format) {
+  const int64_t rows = 40, cols = 2560, n_max = 64;
+  REQUIRE(launch::gemm_i8_auto_splits(rows, cols, 1) > 1);
+  const test::matmul_case<F> c(rows, cols, n_max, epilogue::residual, 97, true);
+  device_buffer<uint8_t> ws;
+  Q35_REQUIRE_OK(ws.allocate(launch::gemm_i8_split_workspace_bytes(rows, cols, n_max)));
+  auto run = [&](int64_t t0, int64_t n) {
+    auto dx = test::to_device(std::vector<float>(c.x.begin() + t0 * cols, c.x.begin() + (t0 + n) * cols));
+    auto dy = test::to_device(std::vector<float>(c.h0.begin() + t0 * rows, c.h0.begin() + (t0 + n) * rows));
+    const split_input x = quantize(dx, n, cols);
+    launch::gemm_i8_args<F> a;
+    a.w = c.w(), a.x = x.view, a.y = dy.data();
+    a.rows = rows, a.cols = cols, a.n_tokens = n, a.epilogue = epilogue::residual;
+    a.maybe_workspace = ws.data(), a.workspace_bytes = ws.bytes();
+    Q35_REQUIRE_OK(launch::gemm_i8(a));
+    return test::to_host(dy);
+  };
+  const auto all = run(0, n_max);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n_max * rows; ++i) {
+    const auto [want, tol] = c.expect(epilogue::residual, size_t(i), gemm_i8_depth(cols));
+    bad += !(std::fabs(double(all[size_t(i)]) - want) <= tol);
+  }
+  CHECK(bad == 0);
+  for (int64_t n = 1; n <= 8; ++n) {
+    CAPTURE(n);
+    const int64_t t0 = (n * 7) % (n_max - n + 1);
+    const auto y = run(t0, n);
+    CHECK(std::memcmp(y.data(), all.data() + t0 * rows, size_t(n * rows) * 4) == 0);
+  }
+}
+
 TEST_CASE("gemm_i8: Qwen3.5 widths as K, prompt-sized token counts" * test::needs_device()) {
   check_gemm_i8<quant::q4_k_format>(130, 1024, 129, epilogue::store, 81, false);
   check_gemm_i8<quant::q6_k_format>(40, 2560, 20, epilogue::residual, 82, false);  // 210-byte blocks, odd phases
