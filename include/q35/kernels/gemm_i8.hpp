@@ -19,9 +19,10 @@
 // S = fma(256, f(D_hi) - M, f(D_lo) - M) rounds the exact integer once, as I2F would.
 //
 // Tiling. A block holds 64 weight rows (32 output rows of gate and up for swiglu, interleaved in
-// 16-row slices so that one lane holds both of an output) x 64 tokens (dense) or 32 sorted pairs of
-// one expert (the MoE grouped GEMM, kernels/gemm_rows.hpp: gathered x rows, scattered y rows), K
-// steps of 128; 4 warps of 32 rows x 32 (16) tokens (2 x 4 (2 x 2) tiles of m16n8). Weights: each thread loads 64
+// 16-row slices so that one lane holds both of an output) x 64 tokens (dense; 32 or 16 for dense calls
+// of at most that many, launch::gemm_i8_tile_tokens) or 32 sorted pairs of one expert (the MoE grouped
+// GEMM, kernels/gemm_rows.hpp: gathered x rows, scattered y rows), K steps of 128; 4 warps of 32 rows x
+// tile / 2 tokens (2 x 4, 2 x 2 or 2 x 1 tiles of m16n8). Weights: each thread loads 64
 // elements of one row for the next step into registers while the block computes the current one, then unpacks them to
 // int8 in shared memory. Activations: cp.async, double-buffered. Shared rows are 128 bytes; their 16-byte chunks are
 // XOR-swizzled by (row mod 8), so the 8 row addresses of every ldmatrix phase fall in 8 distinct chunk positions, i.e.

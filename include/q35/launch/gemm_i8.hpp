@@ -1,6 +1,7 @@
 // Host API of the int8 tensor-core prompt path (kernels/gemm_i8.hpp):
 //   quantize_act8x2(x, ...)   fp32 rows -> the split 16-bit activations the GEMM reads (1 launch)
-//   gemm_i8<Format>(args)     Y = X W^T (+ epilogue) for a GGUF integer format          (1 launch)
+//   gemm_i8<Format>(args)     Y = X W^T (+ epilogue) for a GGUF integer format          (1 launch;
+//                             2 with split-K: gemm_split_reduce_kernel adds the splits)
 #pragma once
 
 #include <algorithm>
@@ -40,8 +41,8 @@ struct gemm_i8_args {
 // token tile), 64 past that. Each output is computed the same way in every tile (the same groups and
 // splits in the same order; only how many tokens share a weight fragment differs), so a token's row
 // does not depend on the tile either. Issued instructions per weight (Q4_K, sm_90, the hot loop of a
-// 128-column step of the 4 warps, scripts/check_sass.py): ~6 at 16, 10.2 at 32, 18.5 at 64 (per weight
-// and token at a full tile: 0.38, 0.32, 0.29): a call of 9..32 tokens on the 64-token tile would issue
+// 128-column step of the 4 warps, scripts/check_sass.py): 6.4 at 16, 10.2 at 32, 18.5 at 64 (per weight
+// and token at a full tile: 0.40, 0.32, 0.29): a call of 9..32 tokens on the 64-token tile would issue
 // 2-3x what it needs, and be issue-bound far below the bandwidth it could use.
 inline int gemm_i8_tile_tokens(int64_t n_tokens) { return n_tokens <= 16 ? 16 : n_tokens <= 32 ? 32 : 64; }
 
