@@ -1,4 +1,5 @@
-// Host API of the int8 tensor-core prompt path (kernels/gemm_i8.hpp):
+// Host API of the int8 tensor-core prompt path (kernels/gemm_i8.hpp, act8x2_quantize.hpp,
+// gemm_split_reduce.hpp):
 //   quantize_act8x2(x, ...)   fp32 rows -> the split 16-bit activations the GEMM reads (1 launch)
 //   gemm_i8<Format>(args)     Y = X W^T (+ epilogue) for a GGUF integer format          (1 launch;
 //                             2 with split-K: gemm_split_reduce_kernel adds the splits)
@@ -10,7 +11,9 @@
 
 #include "q35/core/dispatch.hpp"
 #include "q35/core/status.hpp"
+#include "q35/kernels/act8x2_quantize.hpp"
 #include "q35/kernels/gemm_i8.hpp"
+#include "q35/kernels/gemm_split_reduce.hpp"
 #include "q35/launch/launch.hpp"
 
 namespace q35::launch {
