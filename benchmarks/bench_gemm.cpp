@@ -5,7 +5,10 @@
 // mma loop measures in the same run ("mma_peak" below). Calls of one token tile (<= 64 tokens) also
 // run "/unsplit": without room for split-K's partials, i.e. as before split-K (launch/gemm_i8.hpp);
 // and calls of 16 and 32 tokens on GGUF integer weights "/tile64": on the 64-token tile instead of their
-// own (16 / 32 tokens, launch::gemm_i8_tile_tokens), i.e. as before the narrow tiles.
+// own (16 / 32 tokens, launch::gemm_i8_tile_tokens), i.e. as before the narrow tiles. The 9B shapes at
+// 1, 4 and 8 tokens "/every_count": matmul_args::gemm_every_count, the GEMM where the GEMV would run
+// (batch invariance on tensor cores, decoder_config::batch_invariant_gemm): against bench_gemv's same
+// shapes, what a sequence alone pays for that mode.
 // Skips without a GPU.
 #include <algorithm>
 #include <cstdint>
@@ -93,7 +96,7 @@ void bm_mma_peak(benchmark::State& state) {
 // One projection of `tokens` tokens: rows x cols of type `type` (swiglu: gate and up), through
 // launch::matmul with a workspace sized as the decoder sizes it (split: with room for split-K).
 void bm_gemm(benchmark::State& state, quant::type_id type, int64_t rows, int64_t cols, int64_t tokens, bool swiglu,
-             bool split, int tile = 0) {
+             bool split, int tile = 0, bool every_count = false) {
   if (bench::skip_without_gpu(state)) return;
 #if Q35_BACKEND_CUDA
   quant::weight_view w;
@@ -118,6 +121,7 @@ void bm_gemm(benchmark::State& state, quant::type_id type, int64_t rows, int64_t
   a.x = x.data(), a.y = y.data(), a.n_tokens = tokens;
   a.epilogue = swiglu ? ops::epilogue::swiglu : ops::epilogue::store;
   a.maybe_workspace = ws.data(), a.workspace_bytes = ws.bytes(), a.gemm_tile_tokens = tile;
+  a.gemm_every_count = every_count;
   bench::time_launches(state, [&](int) { return launch::matmul(a); });
   const double flop = 2.0 * n_mats * double(rows) * double(cols) * double(tokens);
   state.counters["TFLOPS"] = benchmark::Counter(flop * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
@@ -129,7 +133,7 @@ void bm_gemm(benchmark::State& state, quant::type_id type, int64_t rows, int64_t
   (void)quant::with_format(uint32_t(type), [&](auto tag) { name = decltype(tag)::type::name; });
   state.SetLabel(bench::device_name() + " " + name);
 #else
-  (void)type, (void)rows, (void)cols, (void)tokens, (void)swiglu, (void)split, (void)tile;
+  (void)type, (void)rows, (void)cols, (void)tokens, (void)swiglu, (void)split, (void)tile, (void)every_count;
 #endif
 }
 
@@ -184,6 +188,15 @@ const bool registered = [] {
       benchmark::RegisterBenchmark(
           (std::string("gemm/") + m.name + "/tokens:" + std::to_string(tokens) + "/tile64").c_str(),
           [m, tokens](benchmark::State& s) { bm_gemm(s, m.type, m.rows, m.cols, tokens, m.swiglu, true, 64); })
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+  }
+  for (const projection& m : projections) {
+    if (std::string(m.name).rfind("9B/", 0) != 0) continue;
+    for (int64_t tokens : {1, 4, 8})
+      benchmark::RegisterBenchmark(
+          (std::string("gemm/") + m.name + "/tokens:" + std::to_string(tokens) + "/every_count").c_str(),
+          [m, tokens](benchmark::State& s) { bm_gemm(s, m.type, m.rows, m.cols, tokens, m.swiglu, true, 0, true); })
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond);
   }

@@ -335,6 +335,7 @@ TEST_CASE("gemm_i8: quantize_act8x2 splits the act16 values exactly" * test::nee
   }
   CHECK(bad == 0);
 }
+
 // launch::matmul past 8 tokens: x split once by quantize_shared_input (maybe_x8, no workspace) gives
 // the bits of the matmul that splits x in its own workspace; all-float weights get no split.
 TEST_CASE("gemm_i8: matmul with a shared split input equals its own split" * test::needs_device()) {
@@ -407,52 +408,3 @@ TEST_CASE("gemm_i8: bad split-K arguments are named" * test::needs_device()) {
 }
 
 }  // namespace
-
-namespace {
-
-using namespace q35;
-
-// Batch invariance of launch::matmul: a token's output row is bit-identical whatever other tokens share
-// the call, from one token up to gemv_max_tokens (the GEMV's 1-, 4- and 8-token instances), for every
-// format, epilogue and Qwen3.5-like row width (Q6_K's rows of 512 and 1024 columns included), when the
-// call asks for it (row_invariant).
-template <class F>
-void check_rows_invariant(int64_t cols, epilogue e) {
-  CAPTURE(F::name);
-  CAPTURE(cols);
-  CAPTURE(int(e));
-  const int64_t rows = 40, n_max = launch::gemv_max_tokens;
-  const test::matmul_case<F> c(rows, cols, n_max, e, 313, true);
-  quant::weight_view w, up;
-  w.data = c.dwg.data(), w.type = uint32_t(F::id), w.rows = rows, w.cols = cols;
-  if (e == epilogue::swiglu) up = w, up.data = c.dwu.data();
-  device_buffer<uint8_t> ws;
-  Q35_REQUIRE_OK(ws.allocate(launch::matmul_workspace_bytes(cols, n_max, (e == epilogue::swiglu ? 2 : 1) * rows)));
-  // y of tokens t0 .. t0 + n - 1 in one call
-  auto run = [&](int64_t t0, int64_t n) {
-    auto dx = test::to_device(std::vector<float>(c.x.begin() + t0 * cols, c.x.begin() + (t0 + n) * cols));
-    auto dy = test::to_device(std::vector<float>(c.h0.begin() + t0 * rows, c.h0.begin() + (t0 + n) * rows));
-    launch::matmul_args a;
-    a.w = w, a.maybe_w_up = up, a.x = dx.data(), a.y = dy.data(), a.n_tokens = n, a.epilogue = e;
-    a.maybe_workspace = ws.data(), a.workspace_bytes = ws.bytes(), a.row_invariant = true;
-    Q35_REQUIRE_OK(launch::matmul(a));
-    return test::to_host(dy);
-  };
-  std::vector<std::vector<float>> alone;
-  for (int64_t t = 0; t < n_max; ++t) alone.push_back(run(t, 1));
-  for (int64_t n = 2; n <= n_max; ++n) {
-    CAPTURE(n);
-    const auto y = run(n_max - n, n);
-    for (int64_t k = 0; k < n; ++k)
-      CHECK(std::memcmp(y.data() + k * rows, alone[size_t(n_max - n + k)].data(), size_t(rows) * 4) == 0);
-  }
-}
-
-}  // namespace
-
-TEST_CASE_TEMPLATE("matmul: a token's row does not depend on the other tokens of the call" * test::needs_device(), F,
-                   quant::f32_format, quant::f16_format, quant::bf16_format, quant::q8_0_format, quant::q4_0_format,
-                   quant::q4_k_format, quant::q5_k_format, quant::q6_k_format) {
-  for (const int64_t cols : {256, 512, 1024, 2560})
-    for (const epilogue e : {epilogue::store, epilogue::residual, epilogue::swiglu}) check_rows_invariant<F>(cols, e);
-}

@@ -81,6 +81,9 @@ struct attn_layer_args {
   quant::act16_view maybe_x16;
   // Each matmul computes a token's row as it would alone (launch::matmul_args::row_invariant).
   bool row_invariant = false;
+  // Every matmul on the GEMM at every token count (launch::matmul_args::gemm_every_count): a token's
+  // row as it would be alone in any call of 1..gemm_i8_invariant_tokens tokens.
+  bool gemm_every_count = false;
 };
 
 // The core entry points' arguments.
@@ -458,14 +461,15 @@ inline status attention_layer(const attn_layer_args& a, stream_t stream = nullpt
     matmul_args m;
     m.w = w, m.x = x, m.y = y, m.n_tokens = n, m.epilogue = e;
     m.maybe_workspace = mm_ws, m.workspace_bytes = mm_bytes, m.maybe_x16 = x16;
-    m.maybe_x8 = x8, m.row_invariant = a.row_invariant;
+    m.maybe_x8 = x8, m.row_invariant = a.row_invariant, m.gemm_every_count = a.gemm_every_count;
     return matmul(m, stream);
   };
   // x quantized once for its three projections (they then leave mm_ws alone; the output projection
   // below is the next to use it)
   quant::act16_view x16 = a.maybe_x16;
   quant::act8x2_view x8;
-  Q35_TRY(quantize_shared_input(a.x, n, s.n_embd, {a.w.q, a.w.k, a.w.v}, mm_ws, mm_bytes, x16, x8, stream));
+  Q35_TRY(quantize_shared_input(a.x, n, s.n_embd, {a.w.q, a.w.k, a.w.v}, mm_ws, mm_bytes, x16, x8, stream,
+                                a.gemm_every_count));
   Q35_TRY(project(a.w.q, a.x, x16, x8, qg, ops::epilogue::store));
   Q35_TRY(project(a.w.k, a.x, x16, x8, k, ops::epilogue::store));
   Q35_TRY(project(a.w.v, a.x, x16, x8, v, ops::epilogue::store));

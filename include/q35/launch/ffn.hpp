@@ -69,6 +69,10 @@ struct ffn_layer_args {
   quant::act16_view maybe_x16;
   // Each matmul computes a token's row as it would alone (launch::matmul_args::row_invariant).
   bool row_invariant = false;
+  // dense_ffn: both matmuls on the GEMM at every token count (launch::matmul_args::gemm_every_count): a
+  // token's row as it would be alone in any call of 1..gemm_i8_invariant_tokens tokens. moe_ffn rejects
+  // it (its rows are invariant with row_invariant in calls of up to moe_decode_max_tokens tokens).
+  bool gemm_every_count = false;
   // MoE: the router's options. With route.adaptive a token may use fewer than n_experts_used
   // experts (its other slots are empty and cost nothing); softmax scoring is required.
   ops::route_options route;
@@ -120,12 +124,13 @@ inline status dense_ffn(const ffn_layer_args& a, const dense_ffn_weights& w, str
   matmul_args g;
   g.w = w.gate, g.maybe_w_up = w.up, g.x = a.x, g.y = act, g.n_tokens = a.n_tokens;
   g.epilogue = ops::epilogue::swiglu, g.maybe_workspace = scratch, g.workspace_bytes = scratch_bytes;
-  g.maybe_x16 = a.maybe_x16, g.row_invariant = a.row_invariant;
+  g.maybe_x16 = a.maybe_x16, g.row_invariant = a.row_invariant, g.gemm_every_count = a.gemm_every_count;
   Q35_TRY(matmul(g, stream));
   // h += W_down act
   matmul_args d;
   d.w = w.down, d.x = act, d.y = a.h, d.n_tokens = a.n_tokens, d.epilogue = ops::epilogue::residual;
   d.maybe_workspace = scratch, d.workspace_bytes = scratch_bytes, d.row_invariant = a.row_invariant;
+  d.gemm_every_count = a.gemm_every_count;
   return matmul(d, stream);
 }
 

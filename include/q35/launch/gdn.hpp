@@ -99,6 +99,9 @@ struct gdn_layer_args {
   quant::act16_view maybe_x16;
   // Each matmul computes a token's row as it would alone (launch::matmul_args::row_invariant).
   bool row_invariant = false;
+  // Every matmul on the GEMM at every token count (launch::matmul_args::gemm_every_count): a token's
+  // row as it would be alone in any call of 1..gemm_i8_invariant_tokens tokens.
+  bool gemm_every_count = false;
 };
 
 namespace detail {
@@ -361,14 +364,14 @@ inline status gdn_layer(const gdn_layer_args& a, stream_t stream = nullptr) {
     matmul_args m;
     m.w = w, m.x = x, m.y = y, m.n_tokens = n, m.epilogue = e;
     m.maybe_workspace = sc.matmul, m.workspace_bytes = sc.matmul_bytes, m.maybe_x16 = x16;
-    m.maybe_x8 = x8, m.row_invariant = a.row_invariant;
+    m.maybe_x8 = x8, m.row_invariant = a.row_invariant, m.gemm_every_count = a.gemm_every_count;
     return matmul(m, stream);
   };
   // x quantized once for its four projections (they then leave sc.matmul alone; ssm_out is the next to use it)
   quant::act16_view x16 = a.maybe_x16;
   quant::act8x2_view x8;
   Q35_TRY(quantize_shared_input(a.x, n, a.shape.n_embd, {a.w.qkv, a.w.gate, a.w.beta, a.w.alpha}, sc.matmul,
-                                sc.matmul_bytes, x16, x8, stream));
+                                sc.matmul_bytes, x16, x8, stream, a.gemm_every_count));
   Q35_TRY(project(a.w.qkv, a.x, x16, x8, sc.qkv, ops::epilogue::store));
   Q35_TRY(project(a.w.gate, a.x, x16, x8, sc.z, ops::epilogue::store));
   Q35_TRY(project(a.w.beta, a.x, x16, x8, sc.b, ops::epilogue::store));

@@ -59,6 +59,9 @@ inline int gemm_i8_tile_tokens(int64_t n_tokens) { return n_tokens <= 16 ? 16 : 
 // in split order. The split count depends on the shape and the SM count, not on the tokens, so a
 // token's row is the same in every call of 9..64 tokens (and, unsplit, in every call of 65 or more).
 inline constexpr int gemm_i8_max_splits = 8;
+// Calls of 1..this many tokens (one 64-token tile; the narrower tiles give the same bits) split K the
+// same way, so a token's row is bit-identical in all of them: the reach of matmul's gemm_every_count.
+inline constexpr int64_t gemm_i8_invariant_tokens = kernels::gemm_i8_policy<>::tile_tokens;
 inline constexpr int gemm_i8_min_split_steps = 4;
 
 // Splits of a dense call of `weight_rows` rows of weights (swiglu: gate and up rows) and `cols`

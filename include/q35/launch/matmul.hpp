@@ -40,20 +40,27 @@ struct matmul_args {
   // (gemv_args::row_invariant; the GEMM past that rounds differently, and is invariant within calls of
   // 9..64 tokens and within calls of more: launch/gemm_i8.hpp's split-K).
   bool row_invariant = false;
+  // Tensor cores at every token count: 1..gemv_max_tokens tokens run on the GEMM too (gemm_i8 for the
+  // GGUF integer formats, gemm for F32/F16/BF16), so a token's row is bit-identical in every call of
+  // 1..gemm_i8_invariant_tokens tokens, whatever rows share it: batch invariance that reads the weights
+  // once per 64 rows instead of once per 8 (row_invariant), for the price of few-row calls on a 16-token
+  // tile. maybe_x16 is then ignored; the workspace matmul_workspace_bytes sizes holds the GEMM's needs.
+  bool gemm_every_count = false;
   // The int8 GEMM's token tile (gemm_i8_args::tile_tokens): 0 chooses it from n_tokens; benchmarks may force it.
   int gemm_tile_tokens = 0;
 };
 
 // Device scratch one matmul of n_tokens rows of `cols` inputs and `weight_rows` rows of weights (swiglu:
 // gate and up rows, 2 x rows) needs (callers size their workspace with it once, for their largest
-// call; enough for any call with fewer tokens): the 16-bit activations of the GEMV's integer path (up
-// to gemv_max_tokens rows), or those of the int8 tensor-core GEMM (quant/act8x2.hpp, more rows) and
-// then its split-K partials (gemm_i8_split_workspace_bytes). With a null or smaller workspace the GEMV
-// takes its float path and the GEMM runs unsplit (correct, slower); a GGUF integer format past
-// gemv_max_tokens tokens needs the activations' part (an error names the bytes).
+// call; enough for any call with fewer tokens, with or without gemm_every_count): the 16-bit
+// activations of the GEMV's integer path (up to gemv_max_tokens rows), or those of the int8
+// tensor-core GEMM (quant/act8x2.hpp) and then its split-K partials (gemm_i8_split_workspace_bytes),
+// whichever is larger. With a null or smaller workspace the GEMV takes its float path and the GEMM runs
+// unsplit (correct, slower, and no longer invariant across token counts); a GGUF integer format on the
+// GEMM needs the activations' part (an error names the bytes).
 inline size_t matmul_workspace_bytes(int64_t cols, int64_t n_tokens, int64_t weight_rows) {
   const size_t gemv = gemv_workspace_bytes(cols, n_tokens < gemv_max_tokens ? n_tokens : gemv_max_tokens);
-  if (n_tokens <= gemv_max_tokens || cols % quant::act16_group_elems != 0) return gemv;
+  if (n_tokens < 1 || cols % quant::act16_group_elems != 0) return gemv;
   const size_t gemm = detail::align_256(quant::act8x2_bytes(cols, n_tokens)) +
                       gemm_i8_split_workspace_bytes(weight_rows, cols, n_tokens);
   return gemm > gemv ? gemm : gemv;
@@ -71,8 +78,9 @@ inline status check_pair(const quant::weight_view& w, const quant::weight_view& 
 // Whether launch::matmul reads x as 16-bit activations for this weight and token count (the GEMV's
 // integer path: 1..gemv_max_tokens tokens, a format with ops::dot16 items that tile the row, and
 // weights aligned to the item's loads: gemv_int_load_bytes), given maybe_x16 or a workspace.
-inline bool matmul_int_path(const quant::weight_view& w, int64_t n_tokens, bool row_invariant = false) {
-  if (n_tokens < 1 || n_tokens > gemv_max_tokens || w.empty() || w.n_mats != 1) return false;
+inline bool matmul_int_path(const quant::weight_view& w, int64_t n_tokens, bool row_invariant = false,
+                            bool gemm_every_count = false) {
+  if (gemm_every_count || n_tokens < 1 || n_tokens > gemv_max_tokens || w.empty() || w.n_mats != 1) return false;
   bool yes = false;
   (void)quant::with_format(w.type, [&](auto tag) {
     using F = typename decltype(tag)::type;
@@ -85,9 +93,10 @@ inline bool matmul_int_path(const quant::weight_view& w, int64_t n_tokens, bool 
 }
 
 // Whether launch::matmul runs this weight at n_tokens tokens on the int8 tensor-core GEMM (past
-// gemv_max_tokens tokens, a GGUF integer format), i.e. on 16-bit integer activations.
-inline bool matmul_gemm_i8_path(const quant::weight_view& w, int64_t n_tokens) {
-  if (n_tokens <= gemv_max_tokens || w.empty() || w.n_mats != 1) return false;
+// gemv_max_tokens tokens, or at any count with gemm_every_count; a GGUF integer format), i.e. on
+// 16-bit integer activations split into 8-bit planes.
+inline bool matmul_gemm_i8_path(const quant::weight_view& w, int64_t n_tokens, bool gemm_every_count = false) {
+  if (n_tokens < 1 || (n_tokens <= gemv_max_tokens && !gemm_every_count) || w.empty() || w.n_mats != 1) return false;
   bool yes = false;
   (void)quant::with_format(w.type, [&](auto tag) { yes = gemm_i8_supports<typename decltype(tag)::type>; });
   return yes;
@@ -96,18 +105,20 @@ inline bool matmul_gemm_i8_path(const quant::weight_view& w, int64_t n_tokens) {
 // For several matmuls of n_tokens rows that read the same x: quantizes x once into `out` (16-byte
 // aligned, >= matmul_workspace_bytes(cols, n_tokens) bytes) for their maybe_x16 (1..gemv_max_tokens
 // tokens, when at least one of `weights` takes the GEMV's integer path) or their maybe_x8 (more
-// tokens, when one of them has a GGUF integer format: the tensor-core GEMM); else, or when the view
-// is already given, launches nothing. One launch instead of one per matmul; the matmuls then leave
-// `out` alone.
+// tokens, or any with gemm_every_count, when one of them has a GGUF integer format: the tensor-core
+// GEMM); else, or when the view is already given, launches nothing. One launch instead of one per
+// matmul; the matmuls then leave `out` alone.
 template <int = 0>
 inline status quantize_shared_input(const float* x, int64_t n_tokens, int64_t cols,
                                     std::initializer_list<quant::weight_view> weights, void* out, size_t out_bytes,
-                                    quant::act16_view& x16, quant::act8x2_view& x8, stream_t stream = nullptr) {
+                                    quant::act16_view& x16, quant::act8x2_view& x8, stream_t stream = nullptr,
+                                    bool gemm_every_count = false) {
   if (!out || cols % quant::act16_group_elems != 0) return status::success();
   bool any = false;
-  if (n_tokens > gemv_max_tokens) {
+  if (n_tokens > gemv_max_tokens || gemm_every_count) {
     if (!x8.empty()) return status::success();
-    for (const quant::weight_view& w : weights) any = any || (matmul_gemm_i8_path(w, n_tokens) && w.cols == cols);
+    for (const quant::weight_view& w : weights)
+      any = any || (matmul_gemm_i8_path(w, n_tokens, gemm_every_count) && w.cols == cols);
     if (!any) return status::success();
     return quantize_act8x2(x, n_tokens, cols, out, out_bytes, x8, stream);
   }
@@ -134,7 +145,7 @@ status matmul(const matmul_args& a, stream_t stream = nullptr) {
     using block = typename F::block;
     const auto* w = static_cast<const block*>(a.w.data);
     const auto* up = static_cast<const block*>(a.maybe_w_up.data);
-    if (a.n_tokens <= gemv_max_tokens) {
+    if (a.n_tokens <= gemv_max_tokens && !a.gemm_every_count) {
       gemv_args<F> g;
       g.w = w, g.maybe_w_up = up, g.x = a.x, g.y = a.y, g.rows = a.w.rows, g.cols = a.w.cols;
       g.n_tokens = int(a.n_tokens), g.epilogue = a.epilogue, g.row_invariant = a.row_invariant;

@@ -123,6 +123,10 @@ inline status validate_moe(const ffn_layer_args& a, const moe_weights& w) {
   const ffn_shape& s = a.shape;
   const std::string fn = "moe_ffn";
   const auto str = [](int64_t v) { return std::to_string(v); };
+  if (a.gemm_every_count)
+    return detail::bad_ffn(fn,
+                           "gemm_every_count is dense_ffn's; MoE rows are invariant with row_invariant in calls of "
+                           "up to moe_decode_max_tokens tokens");
   if (s.n_embd < 1 || s.n_embd % quant::unit_elems != 0)
     return detail::bad_ffn(fn, "n_embd = " + str(s.n_embd) + " is not a positive multiple of 16");
   if (s.n_experts < 1 || s.n_experts > ops::router_max_experts)
