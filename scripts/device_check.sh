@@ -62,7 +62,7 @@ stage() {
 pack() {
   [[ -n ${OUT:-} && -d ${OUT:-} ]] || return 0
   cp "$logs/summary.txt" "$OUT/" 2>/dev/null
-  for j in e2e.json e2e_vram.json server_bench.json server_bench_fast.json bench.json; do cp "$logs/$j" "$OUT/" 2>/dev/null; done
+  for j in e2e.json e2e_vram.json server_bench.json server_bench_gemm.json server_bench_fast.json bench.json; do cp "$logs/$j" "$OUT/" 2>/dev/null; done
   tar czf "$OUT/device_logs.tgz" --exclude='*.bin' "$logs" 2>/dev/null
 }
 trap pack EXIT
@@ -128,7 +128,7 @@ if ((e2e_build_rc == 0)); then
   }
   want experts && stage experts 40 experts_run
   # Serving (issue 21): D, P and A against the synthetic 9B (needs the openai client: .device/whl).
-  want server && stage server 200 bash scripts/device_server_bench.sh "$logs" 9B
+  want server && stage server 240 bash scripts/device_server_bench.sh "$logs" 9B
 fi
 
 if want kernels && [[ ${rc[build]:-1} == 0 ]]; then

@@ -4,7 +4,7 @@
 # device, the bundled tiny model's tokenizer and chat template; no model file needed), and drives it
 # with scripts/bench_server.py: D (aggregate decode tok/s at 32 sequences over one at a time), P (a
 # ~2k-token system prompt reused: TTFT against a cold one), A (short questions, 64 in flight); then D
-# once more with --no-batch-invariant.
+# once more with --batch-invariant-gemm and once with --no-batch-invariant.
 #   scripts/device_server_bench.sh [LOG_DIR] [MODEL]     (defaults: device_logs/, 9B)
 # Needs Python's openai package on the device machine (carried as wheels: scripts/device_prep.sh, then
 # `source scripts/device_env.sh`; scripts/device_check.sh runs this as its server stage). Budget: under
@@ -70,5 +70,7 @@ serve server_bench "--scenarios DPA --requests-a 256"
 rc=$?
 # D again without batch invariance: 32 decoding rows in one group (the tensor-core GEMM reads the
 # weights once per step), the fastest aggregate the server offers.
+# D with batch invariance on the GEMM: 32 decoding rows in one group, each row as it would be alone.
+serve server_bench_gemm "--scenarios D" --batch-invariant-gemm || rc=1
 serve server_bench_fast "--scenarios D" --no-batch-invariant || rc=1
 exit "$rc"

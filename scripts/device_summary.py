@@ -102,6 +102,8 @@ def main():
                              ("e2e.json", "end-to-end results", e2e),
                              ("e2e_vram.json", "--vram results", vram),
                              ("server_bench.json", "serving results", server),
+                             ("server_bench_gemm.json", "serving results, batch invariance on the GEMM",
+                              lambda d: server(d, ", --batch-invariant-gemm")),
                              ("server_bench_fast.json", "serving results without batch invariance",
                               lambda d: server(d, ", --no-batch-invariant"))):
         data = load(os.path.join(logs, name), what)

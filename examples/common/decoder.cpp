@@ -90,8 +90,8 @@ status decoder::plan_step(std::span<const seq_input> inputs) {
   // consecutive prefill steps wait here for the previous one.
   if (staging_in_flight_) Q35_TRY(sync());
 
-  // groups: the one-token inputs in the order given (split into groups of <= 8 when batch_invariant),
-  // then each longer input alone
+  // groups: the one-token inputs in the order given (split into groups of decode_group_rows()), then
+  // each longer input alone
   std::vector<const seq_input*> order;
   for (const seq_input& in : inputs)
     if (in.tokens.size() == 1) order.push_back(&in);
@@ -99,7 +99,7 @@ status decoder::plan_step(std::span<const seq_input> inputs) {
   for (const seq_input& in : inputs)
     if (in.tokens.size() > 1) order.push_back(&in);
   const bool graph_step = n_decode == int64_t(inputs.size()) && cfg_.use_graphs && !hook_;
-  const int64_t decode_cap = cfg_.batch_invariant ? launch::gemv_max_tokens : S;
+  const int64_t decode_cap = decode_group_rows();
   const record_layout rl{max_rows_, page_entries_, S};
   int32_t* r = staging_.data();
   groups_.clear();
@@ -179,6 +179,7 @@ status decoder::forward(int64_t n_rows) {
     a16 = launch::act16_view_of(a);
     return launch::rmsnorm(a, s);
   };
+  const bool gemm_every_count = cfg_.batch_invariant && cfg_.batch_invariant_gemm;
   const auto& layers = m_->layers();
   for (size_t il = 0; il < layers.size(); ++il) {
     const layer_views& l = layers[il];
@@ -206,6 +207,7 @@ status decoder::forward(int64_t n_rows) {
         if (g.decode) a.batch.seq_splits = decode_splits(n);
         a.kv = kv_.layer(attn_index_[il]);
         a.x = ag, a.h = hg, a.maybe_x16 = a16, a.row_invariant = cfg_.batch_invariant;
+        a.gemm_every_count = gemm_every_count;
         a.workspace = workspace_.data(), a.workspace_bytes = workspace_.bytes();
         Q35_TRY(launch::attention_layer(a, s));
         mark(call::attention);
@@ -216,6 +218,7 @@ status decoder::forward(int64_t n_rows) {
         a.batch = {b + rl.seq_offsets(g.header), b + rl.slots(g.header), g.n_seqs, n, g.max_seq_tokens};
         a.state = rs_.layer(gdn_index_[il]);
         a.x = ag, a.h = hg, a.maybe_x16 = a16, a.row_invariant = cfg_.batch_invariant;
+        a.gemm_every_count = gemm_every_count;
         a.workspace = workspace_.data(), a.workspace_bytes = workspace_.bytes();
         Q35_TRY(launch::gdn_layer(a, s));
         mark(call::gdn);
@@ -231,8 +234,18 @@ status decoder::forward(int64_t n_rows) {
       if (expert_load_ && moe_index_[il] >= 0) f.maybe_expert_counts = expert_load_->counts(moe_index_[il]);
       if (cfg_.moe_adaptive_k) f.route.adaptive = true, f.route.adaptive_k = *cfg_.moe_adaptive_k;
       if (l.ffn_kind == models::ffn_type::dense) {
+        f.gemm_every_count = gemm_every_count;
         Q35_TRY(launch::dense_ffn(f, l.ffn, s));
         mark(call::dense_ffn);
+      } else if (gemm_every_count && g.decode && n > launch::moe_decode_max_tokens) {
+        // a decode group past the MoE decode kernels' rows: in calls of at most that many (see decoder.hpp)
+        for (int64_t r0 = 0; r0 < n; r0 += launch::moe_decode_max_tokens) {
+          launch::ffn_layer_args fr = f;
+          fr.x = ag + r0 * e, fr.h = hg + r0 * e, fr.n_tokens = std::min(launch::moe_decode_max_tokens, n - r0);
+          fr.maybe_x16 = {};
+          Q35_TRY(launch::moe_ffn(fr, l.moe, s));
+        }
+        mark(call::moe_ffn);
       } else if (const expert_store::layer* el = experts_ ? experts_->find(int(il)) : nullptr;
                  el && n > launch::moe_decode_max_tokens) {
         // the grouped path reads packed experts: the ones the call selects, copied into the staging area
@@ -254,6 +267,7 @@ status decoder::forward(int64_t n_rows) {
     launch::matmul_args lm;
     lm.w = m_->output(), lm.x = a_.data(), lm.y = logits_.data() + g.logit_row0 * h.n_vocab;
     lm.n_tokens = g.logit_rows, lm.maybe_x16 = a16, lm.row_invariant = cfg_.batch_invariant;
+    lm.gemm_every_count = gemm_every_count;
     lm.maybe_workspace = workspace_.data(), lm.workspace_bytes = workspace_.bytes();
     Q35_TRY(launch::matmul(lm, s));
     mark(call::lm_head);
@@ -262,8 +276,7 @@ status decoder::forward(int64_t n_rows) {
 }
 
 int decoder::decode_splits(int64_t n) const {
-  const int64_t rows =
-      cfg_.batch_invariant ? std::min<int64_t>(cfg_.n_seq_max, launch::gemv_max_tokens) : std::max<int64_t>(n, 1);
+  const int64_t rows = cfg_.batch_invariant ? decode_group_rows() : std::max<int64_t>(n, 1);
   // no more than a full context can use (splits hold >= attn_min_split_keys keys): the same splits, fewer
   // blocks that would exit at once
   const int64_t usable = (cfg_.n_ctx + launch::attn_min_split_keys - 1) / launch::attn_min_split_keys;

@@ -25,6 +25,13 @@
 // and the few Q6_K shapes lose their one-token integer path. Without it one decode group takes every one-token input
 // (past 8 rows the tensor-core GEMM, whose rows round differently from the GEMV's) and one-token steps take the fastest
 // path, so a row may differ in its last bits with the company it keeps.
+// With cfg.batch_invariant_gemm as well, decode groups take up to launch::gemm_i8_invariant_tokens (64)
+// rows and every matmul of the attention, Gated DeltaNet and dense FFN layers and the LM head runs on the
+// tensor-core GEMM at every row count (launch::matmul_args::gemm_every_count), whose rows do not depend
+// on the other rows of a call of 1..64: 64 sequences read the weights once, not 8 times, and a single
+// sequence pays the GEMM's 16-token tile for its one row. MoE layers run such a group in calls of at most
+// launch::moe_decode_max_tokens rows (their decode kernels, row_invariant); routed experts differ from
+// row to row anyway, and the shared expert is read once per 8 rows.
 #pragma once
 
 #include <cstdint>
@@ -60,10 +67,11 @@ struct decoder_config {
   int64_t n_ctx = 4096;  // tokens of KV pool shared by all sequences (a single sequence may use all of it)
   int n_seq_max = 1;     // sequences held at once (recurrent-state slots)
   kv::kv_type kv_type = kv::kv_type::f16;
-  int64_t n_batch = 512;         // tokens of one input at most (eval() feeds a longer one in chunks)
-  bool keep_all_logits = false;  // eval()/step() return the logits of every input token, not only the last
-  bool use_graphs = true;        // CUDA: record decode-only steps once per sequence count and replay them
-  bool batch_invariant = false;  // rows independent of the batch (see above)
+  int64_t n_batch = 512;              // tokens of one input at most (eval() feeds a longer one in chunks)
+  bool keep_all_logits = false;       // eval()/step() return the logits of every input token, not only the last
+  bool use_graphs = true;             // CUDA: record decode-only steps once per sequence count and replay them
+  bool batch_invariant = false;       // rows independent of the batch (see above)
+  bool batch_invariant_gemm = false;  // with batch_invariant: decode groups of up to 64 rows on the GEMM
   // Prefix checkpoints kept at once (see save_prefix): each holds one recurrent-state slot
   // (recurrent_bytes()) of device memory, and shares the KV pages of its tokens with the pool.
   int n_prefix_slots = 0;
@@ -269,6 +277,8 @@ class decoder {
   status sync() const;
   // Every launch of one forward pass over the planned groups: what a graph records.
   status forward(int64_t n_rows);
+  // Rows of a decode group at most (see above).
+  int64_t decode_group_rows() const;
   // Attention splits per sequence of a decode group of n rows (attn_batch::seq_splits): as many as the
   // split partials hold for the largest decode group when batch_invariant (every group the same, so a
   // row's splits do not depend on its company), else for this group's rows; at most what -c can use.

@@ -50,12 +50,19 @@ struct buffer_sizes {
   int64_t record = 0;  // int32 entries of the batch record
 };
 
+// Rows of a decode group at most (decoder.hpp: batch invariance).
+int64_t decode_group_rows_of(const decoder_config& cfg) {
+  const int64_t S = cfg.n_seq_max;
+  if (!cfg.batch_invariant) return S;
+  return std::min<int64_t>(S, cfg.batch_invariant_gemm ? launch::gemm_i8_invariant_tokens : launch::gemv_max_tokens);
+}
+
 buffer_sizes sizes_of(const io::model_hparams& h, const decoder_config& cfg) {
   buffer_sizes z;
   const int64_t nb = cfg.n_batch, S = cfg.n_seq_max;
   const int n_attn = int(h.count(models::layer_type::full_attention));
   const int n_gdn = int(h.count(models::layer_type::gated_deltanet));
-  z.decode_rows = cfg.batch_invariant ? std::min<int64_t>(S, launch::gemv_max_tokens) : S;
+  z.decode_rows = decode_group_rows_of(cfg);
   z.call_rows = std::max(nb, z.decode_rows);
   z.max_rows = nb + S;
   z.logit_rows = cfg.keep_all_logits ? z.max_rows : S;
@@ -105,6 +112,8 @@ status check_record(const buffer_sizes& z, const decoder_config& cfg) {
 }
 
 }  // namespace
+
+int64_t decoder::decode_group_rows() const { return decode_group_rows_of(cfg_); }
 
 const char* to_string(expert_policy p) { return p == expert_policy::lru ? "lru" : "frequency"; }
 
@@ -156,6 +165,8 @@ status decoder::init(const device_model& m, const decoder_config& cfg) {
   if (cfg.n_prefix_slots < 0 || cfg.n_prefix_slots > 4096)
     return error(status_code::invalid_argument,
                  "prefix checkpoint count " + std::to_string(cfg.n_prefix_slots) + " is outside 0..4096");
+  if (cfg.batch_invariant_gemm && !cfg.batch_invariant)
+    return error(status_code::invalid_argument, "batch_invariant_gemm asks for batch_invariant, which is off");
   if (cfg.expert_staging_window < 1)
     return error(status_code::invalid_argument,
                  "expert staging window of " + std::to_string(cfg.expert_staging_window) + " experts < 1");

@@ -115,6 +115,7 @@ int run(const srv::options& opt) {
   cfg.expert_stats = !trace_files.empty();
   cfg.n_ctx = n_ctx, cfg.n_seq_max = opt.n_parallel, cfg.kv_type = srv::to_kv_type(opt.cache_type_k);
   cfg.n_batch = std::min(opt.n_batch, n_ctx), cfg.batch_invariant = opt.batch_invariant;
+  cfg.batch_invariant_gemm = opt.batch_invariant_gemm;
   cfg.n_prefix_slots = opt.prefix_cache;
   if (opt.lru_experts) cfg.expert_cache_policy = gen::expert_policy::lru;
   if (opt.expert_window) cfg.expert_staging_window = *opt.expert_window;
@@ -174,7 +175,11 @@ int run(const srv::options& opt) {
     std::cerr << "qwen35_server: warning: could not raise the listen backlog; bursts of connections may be refused\n";
   std::cout << "qwen35_server: " << matched << ", " << opt.n_parallel << " sequences, " << n_ctx
             << " tokens of KV pool, " << opt.prefix_cache << " prefix checkpoints of " << mib(dec.recurrent_bytes())
-            << " MiB; listening on http://" << opt.host << ':' << port << std::endl;
+            << " MiB, batch invariance "
+            << (!opt.batch_invariant       ? "off"
+                : opt.batch_invariant_gemm ? "on the GEMM (decode groups of up to 64)"
+                                           : "on (decode groups of up to 8)")
+            << "; listening on http://" << opt.host << ':' << port << std::endl;
 
   std::thread waiter([&] {
     int sig = 0;

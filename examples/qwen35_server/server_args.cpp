@@ -26,6 +26,8 @@ const char* const usage_text =
     "  --queue N              requests waiting for a sequence at most; more get 503 (default 64;\n"
     "                         -np + --queue at most 4096)\n"
     "  --no-batch-invariant   faster batches whose rows may differ in the last bits with their company\n"
+    "  --batch-invariant-gemm batch invariance on tensor cores: decode groups of up to 64 sequences read\n"
+    "                         the weights once (not once per 8); a sequence alone decodes slower\n"
     "  --prefix-cache N       prefix checkpoints kept for reuse across requests, each one recurrent state\n"
     "                         in device memory (size printed at start) and the KV pages of its tokens\n"
     "                         (default 16; 0: off)\n"
@@ -128,11 +130,15 @@ options parse_args(int argc, char** argv) {
         bad_usage(a + ": '" + o.bench_model + "' is not a synthetic model (" + gen::synth_model_keys() + ")");
     } else if (a == "--no-batch-invariant") {
       o.batch_invariant = false;
+    } else if (a == "--batch-invariant-gemm") {
+      o.batch_invariant_gemm = true;
     } else {
       bad_usage("unknown argument '" + a + "'");
     }
   }
   if (o.model_path.empty()) bad_usage("-m FILE is required");
+  if (o.batch_invariant_gemm && !o.batch_invariant)
+    bad_usage("--batch-invariant-gemm and --no-batch-invariant contradict each other");
   if (o.cache_type_k != o.cache_type_v)
     bad_usage("-ctk and -ctv must name the same type (the KV pool holds one element type)");
   if (size_t(o.n_parallel) + o.max_queue > max_held_requests)

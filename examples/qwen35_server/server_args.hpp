@@ -28,6 +28,7 @@ struct options {
   int timeout_s = 600;
   size_t max_queue = 64;
   bool batch_invariant = true;
+  bool batch_invariant_gemm = false;                        // decode groups of up to 64 rows on the GEMM (decoder.hpp)
   int prefix_cache = 16;                                    // prefix checkpoints kept (0: no prefix reuse)
   std::optional<uint64_t> vram;                             // device memory budget (bytes)
   std::optional<int64_t> expert_cache;                      // device slots per MoE layer

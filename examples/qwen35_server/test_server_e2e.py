@@ -102,11 +102,17 @@ def connection_burst(proc, port, n):
 def overload_check(binary, model):
     """A server holding as many requests as -np + --queue allow: the next ones get 503 with Retry-After at
     once and /health still answers (each held request keeps a connection thread; the pool must have more).
-    Also: -np + --queue past what the server holds is a usage error that names the limit."""
+    Also: -np + --queue past what the server holds is a usage error that names the limit, and so are
+    contradicting batch-invariance flags."""
     r = subprocess.run([binary, "-m", model, "-np", "4000", "--queue", "100"], capture_output=True, text=True)
     first = (r.stderr.splitlines() or [""])[0]
     check(r.returncode != 0 and "-np 4000 plus --queue 100 exceed the 4096 requests" in first,
           f"-np 4000 --queue 100: a usage error naming the limit (rc={r.returncode}): {first!r}")
+    r = subprocess.run([binary, "-m", model, "--batch-invariant-gemm", "--no-batch-invariant"], capture_output=True,
+                       text=True)
+    first = (r.stderr.splitlines() or [""])[0]
+    check(r.returncode != 0 and "--batch-invariant-gemm and --no-batch-invariant contradict each other" in first,
+          f"--batch-invariant-gemm --no-batch-invariant: a usage error (rc={r.returncode}): {first!r}")
     proc = subprocess.Popen([binary, "-m", model, "--port", "0", "-np", "2", "--queue", "70", "-c", "2048", "-b", "8",
                              "--prefix-cache", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", proc.stdout.readline())
