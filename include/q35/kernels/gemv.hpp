@@ -170,23 +170,16 @@ struct act16_quantize_kernel {
   };
   struct shared_storage {};
   static dim3 grid(const params& p) {
-    return dim3(unsigned(ceil_div<int64_t>(p.n_rows * (p.cols / quant::act16_group_elems), threads)));
+    return dim3(unsigned(ceil_div<int64_t>(quant::act16_group_count(p.n_rows, p.cols), threads)));
   }
 
   Q35_DEVICE void operator()(const params& p, shared_storage&) const {
     const int64_t gi = int64_t(arch::block_idx().x) * threads + arch::thread_rank();
-    if (gi >= p.n_rows * (p.cols / quant::act16_group_elems)) return;
+    if (gi >= quant::act16_group_count(p.n_rows, p.cols)) return;
     constexpr int n = quant::act16_group_elems;
-    float x[n];
-    Q35_UNROLL
-    for (int k = 0; k < n / 4; ++k) {
-      const vec16<float> v = arch::load_16(p.x + gi * n + 4 * k);  // rows are whole groups: flat index
-      Q35_UNROLL
-      for (int i = 0; i < 4; ++i) x[4 * k + i] = v[i];
-    }
     uint32_t q[n / 2];
     quant::act16_group g;
-    quant::quantize_group(x, q, g);
+    quant::load_quantize_group(p.x, gi, q, g);
     auto* out = reinterpret_cast<uint32_t*>(p.q + gi * n);
     Q35_UNROLL
     for (int k = 0; k < n / 8; ++k)

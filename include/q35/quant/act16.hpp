@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "q35/arch/dp2a.hpp"
+#include "q35/arch/vector_load.hpp"
 #include "q35/core/config.hpp"
 #include "q35/core/vec.hpp"
 
@@ -81,6 +82,26 @@ Q35_HOST_DEVICE void quantize_group(const float (&x)[act16_group_elems], uint32_
   g.sum = float(s_lo + s_hi);
   g.neg32_sum_lo = -32 * s_lo;
   g.neg32_sum_hi = -32 * s_hi;
+}
+
+// Groups of 32 elements in n_rows rows of `cols` (a multiple of 32): the activation quantization
+// kernels (kernels/gemv.hpp's act16, kernels/act8x2_quantize.hpp) run one thread per group.
+Q35_HOST_DEVICE constexpr int64_t act16_group_count(int64_t n_rows, int64_t cols) {
+  return n_rows * (cols / act16_group_elems);
+}
+
+// Group gi of fp32 rows x (16-byte aligned; rows are whole groups, so gi is a flat index), read in
+// 16-byte loads and quantized by quantize_group: those kernels' per-thread body before their stores.
+Q35_DEVICE void load_quantize_group(const float* x, int64_t gi, uint32_t (&q)[act16_group_elems / 2], act16_group& g) {
+  constexpr int n = act16_group_elems;
+  float v[n];
+  Q35_UNROLL
+  for (int k = 0; k < n / 4; ++k) {
+    const vec16<float> w = arch::load_16(x + gi * n + 4 * k);
+    Q35_UNROLL
+    for (int i = 0; i < 4; ++i) v[4 * k + i] = w[i];
+  }
+  quantize_group(v, q, g);
 }
 
 }  // namespace q35::quant
