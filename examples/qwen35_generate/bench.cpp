@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
+#include "bench_device.hpp"
 #include "bench_report.hpp"
 #include "commands.hpp"
 #include "decoder.hpp"
 #include "device_model.hpp"
-#include "host_read.hpp"
 #include "memory_plan.hpp"
 #include "model_loader.hpp"
 #include "q35/launch/launch.hpp"
@@ -34,139 +34,13 @@ using namespace bench;
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
 double seconds_since(clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); }
-
-void check(const status& s, const std::string& what) {
-  if (!s.ok()) throw std::runtime_error(what + ": " + s.message());
-}
 
 #if Q35_BACKEND_CUDA
 constexpr bool on_gpu = true;
 #else
 constexpr bool on_gpu = false;
 #endif
-
-// ---- timestamps on the decoder's stream: CUDA events, or on the sim the host clock once the stream has
-// run what was queued before (its streams may be lazy: run when the host waits) ----
-class timeline {
- public:
-  timeline() = default;
-  timeline(const timeline&) = delete;
-  timeline& operator=(const timeline&) = delete;
-  ~timeline() {
-#if Q35_BACKEND_CUDA
-    for (cudaEvent_t e : events_) cudaEventDestroy(e);
-#endif
-  }
-  // Makes room for n timestamps (created up front: creating one inside a timed step would add host time).
-  void reserve(size_t n) {
-#if Q35_BACKEND_CUDA
-    while (events_.size() < n) {
-      cudaEvent_t e = nullptr;
-      check(detail::cuda_status(cudaEventCreate(&e), "cudaEventCreate"), "--bench");
-      events_.push_back(e);
-    }
-#else
-    times_.resize(std::max(times_.size(), n));
-#endif
-  }
-  void clear() { used_ = 0; }
-  // Records a timestamp on `s`; returns its index.
-  size_t record(stream_t s) {
-    reserve(used_ + 1);
-#if Q35_BACKEND_CUDA
-    check(detail::cuda_status(cudaEventRecord(events_[used_], s), "cudaEventRecord"), "--bench");
-#else
-    check(synchronize(s), "--bench");
-    times_[used_] = clock_type::now();
-#endif
-    return used_++;
-  }
-  // Milliseconds from timestamp i to j (waits for j).
-  double ms(size_t i, size_t j) const {
-#if Q35_BACKEND_CUDA
-    check(detail::cuda_status(cudaEventSynchronize(events_[j]), "cudaEventSynchronize", status_code::kernel_fault),
-          "--bench");
-    float t = 0;
-    check(detail::cuda_status(cudaEventElapsedTime(&t, events_[i], events_[j]), "cudaEventElapsedTime"), "--bench");
-    return double(t);
-#else
-    return std::chrono::duration<double, std::milli>(times_[j] - times_[i]).count();
-#endif
-  }
-
- private:
-#if Q35_BACKEND_CUDA
-  std::vector<cudaEvent_t> events_;
-#else
-  std::vector<clock_type::time_point> times_;
-#endif
-  size_t used_ = 0;
-};
-
-// ---- the device ----
-#if Q35_BACKEND_CUDA
-// The measurement of benchmarks/bench_util.hpp measured_copy_gbps: cudaMemcpy of 1 GiB, median of 20.
-double measure_copy_gbps() {
-  const size_t bytes = size_t(1) << 30;
-  device_buffer<uint8_t> a, b;
-  if (!a.allocate(bytes).ok() || !b.allocate(bytes).ok()) return 0;
-  timeline t;
-  std::vector<double> ms;
-  for (int i = 0; i < 23; ++i) {
-    t.clear();
-    const size_t e0 = t.record(nullptr);
-    check(copy(b.data(), a.data(), bytes, copy_kind::device_to_device), "--bench: copy bandwidth");
-    const size_t e1 = t.record(nullptr);
-    if (i >= 3) ms.push_back(t.ms(e0, e1));
-  }
-  std::sort(ms.begin(), ms.end());
-  return 2.0 * double(bytes) / (ms[ms.size() / 2] * 1e-3) * 1e-9;
-}
-
-// Bytes / s a kernel reads from pinned host memory (the floor of an expert miss): 1 GiB, median of 7.
-double measure_zero_copy_gbps() {
-  const size_t bytes = size_t(1) << 30;
-  pinned_buffer<uint32_t> host;
-  device_buffer<uint32_t> sink;
-  if (!host.allocate(bytes / 4).ok() || !sink.allocate(1).ok()) return 0;
-  std::memset(host.data(), 0x5a, bytes);
-  timeline t;
-  std::vector<double> ms;
-  for (int i = 0; i < 9; ++i) {
-    t.clear();
-    const size_t e0 = t.record(nullptr);
-    check(launch::launch<gen::host_read_kernel>({host.data(), int64_t(bytes / 16), sink.data()}),
-          "--bench: zero-copy read");
-    const size_t e1 = t.record(nullptr);
-    if (i >= 2) ms.push_back(t.ms(e0, e1));
-  }
-  std::sort(ms.begin(), ms.end());
-  return double(bytes) / (ms[ms.size() / 2] * 1e-3) * 1e-9;
-}
-#endif
-
-device_facts query_device(bool host_experts) {
-  device_facts d;
-#if Q35_BACKEND_CUDA
-  check(device_status(), "--bench");
-  cudaDeviceProp p{};
-  int dev = 0;
-  check(detail::cuda_status(cudaGetDevice(&dev), "cudaGetDevice"), "--bench");
-  check(detail::cuda_status(cudaGetDeviceProperties(&p, dev), "cudaGetDeviceProperties"), "--bench");
-  d.gpu = true;
-  d.name = p.name;
-  d.copy_gbps = measure_copy_gbps();
-  if (host_experts) d.zero_copy_gbps = measure_zero_copy_gbps();
-  size_t f = 0, t = 0;
-  check(detail::cuda_status(cudaMemGetInfo(&f, &t), "cudaMemGetInfo"), "--bench");
-  d.free_bytes = f, d.total_bytes = t;
-#else
-  (void)host_experts;
-#endif
-  return d;
-}
 
 // ---- what is measured ----
 category category_of(gen::decoder::call c) {
