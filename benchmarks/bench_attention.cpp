@@ -51,6 +51,8 @@ using namespace q35;
   device_buffer<unsigned char> ws;
   const int64_t n_tokens = int64_t(n_seqs) * n_new;
   const launch::attn_shape shape{4096, n_heads, n_kv_heads, head_dim, head_dim, 64, 1e7f, 1e-6f};
+  // the decoder sizes the partials for every row of a group at seq_splits (attn_batch::split_rows)
+  const int64_t split_rows = std::max<int64_t>(launch::attn_split_row_budget, n_tokens * seq_splits);
   bool ok = d_pages.allocate(pages.size()).ok() && d_pages.upload(pages.data(), pages.size()).ok() &&
             d_rows.allocate(rows.size()).ok() && d_rows.upload(rows.data(), rows.size()).ok() &&
             d_offs.allocate(offs.size()).ok() && d_offs.upload(offs.data(), offs.size()).ok() &&
@@ -58,14 +60,14 @@ using namespace q35;
             d_lens.allocate(lens.size()).ok() && d_lens.upload(lens.data(), lens.size()).ok() &&
             qg.allocate(size_t(n_tokens) * n_heads * 2 * head_dim).ok() && fill_bytes(qg.data(), 0, qg.bytes()).ok() &&
             out.allocate(size_t(n_tokens) * n_heads * head_dim).ok() &&
-            ws.allocate(launch::attn_split_workspace_bytes(shape)).ok();
+            ws.allocate(launch::attn_split_workspace_bytes(shape, split_rows)).ok();
   if (!ok) {
     state.SkipWithError("allocation failed");
     return;
   }
   launch::attn_batch b{
       d_offs.data(), d_pos.data(), d_rows.data(), d_pages.data(), d_lens.data(), n_seqs, n_tokens, n_new, ctx, 0};
-  b.seq_splits = seq_splits;
+  b.seq_splits = seq_splits, b.split_rows = int(split_rows);
   bench::time_launches(state, [&](int i) {
     const launch::attn_core_args a{shape, b, pool.layer(i % n_layers), qg.data(), out.data(), ws.data(), ws.bytes()};
     return n_new == 1 ? launch::attention_decode(a) : launch::attention_prefill(a);
@@ -89,7 +91,8 @@ using namespace q35;
 // args {context, batch}
 void bm_attention_decode(benchmark::State& state) { run_attention(state, state.range(0), int(state.range(1)), 1); }
 // args {context, batch, seq_splits}: decode as the decoder runs it (128 splits per sequence alone, 32 in
-// a batch-invariant group of 8), to compare with the automatic choice above at the same shape
+// a batch-invariant group of 8 or 64), to compare with the automatic choice above at the same shape; and
+// 4 per sequence, what a 64-row group of the GEMM mode had before its partials grew with the group
 void bm_attention_decode_seq_splits(benchmark::State& state) {
   run_attention(state, state.range(0), int(state.range(1)), 1, int(state.range(2)));
 }
@@ -112,6 +115,10 @@ BENCHMARK(bm_attention_decode_seq_splits)
     ->Args({1024, 8, 32})
     ->Args({8192, 8, 32})
     ->Args({32768, 8, 32})
+    ->Args({32768, 1, 4})
+    ->Args({32768, 1, 32})
+    ->Args({4096, 64, 4})
+    ->Args({4096, 64, 32})
     ->ArgNames({"ctx", "batch", "splits"})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);

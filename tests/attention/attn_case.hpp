@@ -91,6 +91,7 @@ class attn_case {
 
   int split_keys = 0;  // attn_batch::split_keys of every step (0: sized from the batch)
   int seq_splits = 0;  // attn_batch::seq_splits of every step
+  int split_rows = 0;  // attn_batch::split_rows of every step (the workspace is sized for it)
 
   struct step_result {
     status st;
@@ -133,14 +134,15 @@ class attn_case {
     auto d_k = to_device(k.empty() ? std::vector<float>{0} : k), d_v = to_device(v.empty() ? std::vector<float>{0} : v);
     auto d_out = poisoned<float>(std::max<size_t>(1, size_t(n_tokens * H * D)));
     device_buffer<unsigned char> ws;
-    Q35_REQUIRE_OK(ws.allocate(launch::attn_split_workspace_bytes(lshape)));
+    Q35_REQUIRE_OK(ws.allocate(
+        launch::attn_split_workspace_bytes(lshape, split_rows ? split_rows : launch::attn_split_row_budget)));
     Q35_REQUIRE_OK(fill_bytes(ws.data(), 0xff, ws.bytes()));
 
     launch::attn_batch bt;
     bt.seq_offsets = d_off.data(), bt.positions = d_pos.data(), bt.page_row_offsets = d_rows.data();
     bt.page_indices = d_pages.data(), bt.seq_lens = d_lens.data();
     bt.n_seqs = int(batch.size()), bt.n_tokens = n_tokens, bt.max_seq_tokens = max_tokens, bt.max_seq_len = max_len;
-    bt.n_splits = n_splits, bt.split_keys = split_keys, bt.seq_splits = seq_splits;
+    bt.n_splits = n_splits, bt.split_keys = split_keys, bt.seq_splits = seq_splits, bt.split_rows = split_rows;
     launch::attn_append_args ap{lshape,     bt,         pool.layer(0),   d_qg.data(),
                                 d_k.data(), d_v.data(), d_q_norm.data(), d_k_norm.data()};
     const launch::attn_core_args c{lshape, bt, pool.layer(0), d_qg.data(), d_out.data(), ws.data(), ws.bytes()};

@@ -63,14 +63,17 @@ TEST_CASE("attention decode: forced splits, including empty ones, every thread o
 // Sequence 0's decode row, alone and then next to longer and shorter sequences (lengths 200, 37, 900,
 // 1), each step checked against float64; the two rows must be bit-identical. The split workspace
 // starts as NaN, so a merge that read a partial nobody wrote would fail the check.
-void decode_row_alone_and_in_batch(int split_keys, int seq_splits, uint64_t seed) {
+void decode_row_alone_and_in_batch(int split_keys, int seq_splits, uint64_t seed, int split_rows = 0,
+                                   const std::vector<int64_t>& lens = {200, 37, 900, 1}) {
   CAPTURE(split_keys);
   CAPTURE(seq_splits);
-  const std::vector<int64_t> lens{200, 37, 900, 1};
+  CAPTURE(split_rows);
   std::vector<std::vector<float>> outs;
+  int pages = 8;
+  for (const int64_t len : lens) pages += int((len + 15) / 16);
   for (size_t n : {size_t(1), lens.size()}) {
     CAPTURE(n);
-    test::attn_case c(2, 4, 128, 32, kv_type::f16, 16, 128, seed);
+    test::attn_case c(2, 4, 128, 32, kv_type::f16, 16, std::max(pages, 128), seed);
     std::vector<size_t> batch;
     std::vector<int64_t> hist, one;
     for (size_t i = 0; i < n; ++i) {
@@ -78,7 +81,7 @@ void decode_row_alone_and_in_batch(int split_keys, int seq_splits, uint64_t seed
       batch.push_back(i), hist.push_back(lens[i] - 1), one.push_back(1);
     }
     Q35_REQUIRE_OK(c.step(batch, hist, false, 0, true).st);
-    c.split_keys = split_keys, c.seq_splits = seq_splits;  // the decode step
+    c.split_keys = split_keys, c.seq_splits = seq_splits, c.split_rows = split_rows;  // the decode step
     auto r = c.step(batch, one, false, 0);
     Q35_REQUIRE_OK(r.st);
     CHECK(test::check_step(c, r.out, batch, one) == 0);
@@ -99,6 +102,13 @@ TEST_CASE("attention decode: with split_keys a row does not depend on the rest o
 // of 64 keys (the minimum), sequence 2 15, sequence 3 (1 key) one; the other splits are empty.
 TEST_CASE("attention decode: with seq_splits a row does not depend on the rest of the batch" * test::needs_device()) {
   for (int seq_splits : {1, 3, 32, 64}) decode_row_alone_and_in_batch(0, seq_splits, 58);
+}
+
+// Partials for more rows than the default budget (attn_batch::split_rows): 4 rows x 128 splits need 512,
+// so the partials' log-sum-exp block lies past where the default budget would put it; sequence 2 (5000
+// keys) uses 79 splits of 64 keys, whose partials (splits 64..78 of 4 rows) lie past 256 rows.
+TEST_CASE("attention decode: split_rows past the default budget, a row alone and in a batch" * test::needs_device()) {
+  decode_row_alone_and_in_batch(0, 128, 59, 512, {200, 37, 5000, 1});
 }
 
 // seq_splits on the prefill kernels too (tensor cores for f16, the paged kernel for f32): new tokens
@@ -295,6 +305,20 @@ TEST_CASE("attention: invalid arguments are statuses naming the value" * test::n
           b.batch.seq_splits = 64, b.batch.n_tokens = 5, b.batch.n_seqs = 5;
           b.batch.max_seq_tokens = 1, b.batch.max_seq_len = 40;
         }).find("seq_splits = 64 times n_tokens = 5 exceeds 256") != std::string::npos);
+  CHECK(msg([](auto& b) { b.batch.split_rows = -1; }).find("split_rows = -1 is outside") != std::string::npos);
+  CHECK(msg([](auto& b) { b.batch.split_rows = 8193; }).find("split_rows = 8193 is outside") != std::string::npos);
+  CHECK(msg([](auto& b) {
+          b.batch.seq_splits = 64, b.batch.n_tokens = 5, b.batch.n_seqs = 5, b.batch.split_rows = 319;
+          b.batch.max_seq_tokens = 1, b.batch.max_seq_len = 40;
+        }).find("seq_splits = 64 times n_tokens = 5 exceeds 319 split rows") != std::string::npos);
+  {  // a workspace sized for the default 256 rows is too small for 320, and enough for 256
+    launch::attn_core_args b = a;
+    b.workspace = reinterpret_cast<void*>(256), b.workspace_bytes = launch::attn_split_workspace_bytes(b.shape);
+    CHECK(launch::validate(b).ok());
+    b.batch.split_rows = 320;
+    const std::string need = std::to_string(launch::attn_split_workspace_bytes(b.shape, 320)) + " needed";
+    CHECK(launch::validate(b).message().find(need) != std::string::npos);
+  }
   CHECK(msg([](auto& b) { b.workspace_bytes = 0; }).find("workspace") != std::string::npos);
   CHECK(msg([](auto& b) { b.kv = {}; }).find("empty KV view") != std::string::npos);
 }

@@ -65,6 +65,11 @@ struct attn_batch {
   // would (split_keys sized for the whole context leaves a short one a single split). Launches seq_splits
   // splits; those past a sequence's end exit at once. Takes precedence over n_splits.
   int seq_splits = 0;
+  // Rows (new tokens x splits) the split partials hold (0: attn_split_row_budget); the workspace is sized
+  // for it (attn_split_workspace_bytes). A forced n_splits, split_keys or seq_splits may use up to this
+  // many; the automatic choice stays within attn_split_row_budget. A caller with many batch-invariant rows
+  // raises it so that each keeps enough splits (e.g. 64 rows x 32 splits for a lone long context).
+  int split_rows = 0;
 };
 
 struct attn_layer_args {
@@ -116,6 +121,10 @@ struct attn_core_args {
 inline constexpr int attn_min_split_keys = 64;
 inline constexpr int attn_max_splits = 128;
 inline constexpr int attn_split_row_budget = 256;
+inline constexpr int attn_max_split_rows = 64 * attn_max_splits;  // attn_batch::split_rows at most
+
+// The split partials' rows of a call (attn_batch::split_rows, or the default budget).
+inline int64_t attn_split_rows(const attn_batch& b) { return b.split_rows > 0 ? b.split_rows : attn_split_row_budget; }
 // Rows (token x head) per block of attention_prefill: attn_paged_kernel (f32 KV), and
 // attn_prefill_mma_kernel (f16 / bf16 KV on tensor cores: 4 warps of 16 rows; at head_dim 256 only 2
 // where a block cannot have the 4 warps' shared memory, 102 / 133 KB: sm_86, sm_89).
@@ -170,7 +179,10 @@ inline int attn_mma_rows(kv::kv_type t, int head_dim) {
 
 // Splits for a call: enough blocks for ~4 waves' worth of SMs, each split >= attn_min_split_keys keys.
 inline int choose_splits(const attn_shape& s, const attn_batch& b, const attn_tiling& t) {
-  const int64_t by_rows = std::max<int64_t>(1, attn_split_row_budget / std::max<int64_t>(1, b.n_tokens));
+  // a forced count may fill split_rows; the automatic one keeps within the default budget too
+  const int64_t rows = attn_split_rows(b);
+  const int64_t budget = b.n_splits > 0 ? rows : std::min<int64_t>(rows, attn_split_row_budget);
+  const int64_t by_rows = std::max<int64_t>(1, budget / std::max<int64_t>(1, b.n_tokens));
   const int64_t by_len = std::max<int64_t>(1, (b.max_seq_len + attn_min_split_keys - 1) / attn_min_split_keys);
   int64_t n = b.n_splits;
   if (n <= 0) {
@@ -184,15 +196,18 @@ inline int choose_splits(const attn_shape& s, const attn_batch& b, const attn_ti
 
 }  // namespace detail
 
-// Device scratch of the split-KV partials of attention_decode / attention_prefill.
-inline size_t attn_split_workspace_bytes(const attn_shape& s) {
-  const size_t rows = size_t(attn_split_row_budget) * size_t(std::max(s.n_heads, 0));
+// Device scratch of the split-KV partials of attention_decode / attention_prefill for split_rows rows
+// (attn_batch::split_rows).
+inline size_t attn_split_workspace_bytes(const attn_shape& s, int64_t split_rows = attn_split_row_budget) {
+  const size_t rows = size_t(std::clamp<int64_t>(split_rows, 0, attn_max_split_rows)) * size_t(std::max(s.n_heads, 0));
   return detail::align_256(rows * size_t(std::max(s.value_dim, 0)) * 4) + detail::align_256(rows * 4);
 }
 
-// Workspace of attention_layer: q|gate, k, v, o, the split partials and the projections' scratch.
-inline size_t attn_layer_workspace_bytes(const attn_shape& s, int64_t max_tokens, int64_t max_seq_len) {
-  (void)max_seq_len;  // the split partials are bounded by attn_split_row_budget, not by the context
+// Workspace of attention_layer: q|gate, k, v, o, the split partials (split_rows: attn_batch::split_rows)
+// and the projections' scratch.
+inline size_t attn_layer_workspace_bytes(const attn_shape& s, int64_t max_tokens, int64_t max_seq_len,
+                                         int64_t split_rows = attn_split_row_budget) {
+  (void)max_seq_len;  // the split partials are bounded by split_rows, not by the context
   const size_t t = size_t(std::max<int64_t>(max_tokens, 0));
   const size_t qg = detail::align_256(t * size_t(2 * s.n_heads * s.head_dim) * 4);
   const size_t k = detail::align_256(t * size_t(s.n_kv_heads * s.head_dim) * 4);
@@ -203,7 +218,7 @@ inline size_t attn_layer_workspace_bytes(const attn_shape& s, int64_t max_tokens
                                   matmul_workspace_bytes(s.n_embd, int64_t(t), int64_t(s.n_kv_heads) * s.head_dim),
                                   matmul_workspace_bytes(s.n_embd, int64_t(t), int64_t(s.n_kv_heads) * s.value_dim),
                                   matmul_workspace_bytes(int64_t(s.n_heads) * s.value_dim, int64_t(t), s.n_embd)}));
-  return qg + k + v + o + attn_split_workspace_bytes(s) + mm;
+  return qg + k + v + o + attn_split_workspace_bytes(s, split_rows) + mm;
 }
 
 // Shape checks shared by every entry point; the message names the bad value.
@@ -246,15 +261,18 @@ inline status validate(const attn_shape& s, const attn_batch& b, const kv::kv_la
     return bad_attn("split_keys = " + str(b.split_keys) + " is not a non-negative multiple of 4");
   if (b.seq_splits < 0 || b.seq_splits > attn_max_splits)
     return bad_attn("seq_splits = " + str(b.seq_splits) + " is outside 0.." + str(attn_max_splits));
-  if (b.seq_splits > 1 && b.split_keys == 0 && b.seq_splits * b.n_tokens > attn_split_row_budget)
+  if (b.split_rows < 0 || b.split_rows > attn_max_split_rows)
+    return bad_attn("split_rows = " + str(b.split_rows) + " is outside 0.." + str(attn_max_split_rows));
+  const int64_t rows = attn_split_rows(b);
+  if (b.seq_splits > 1 && b.split_keys == 0 && b.seq_splits * b.n_tokens > rows)
     return bad_attn("seq_splits = " + str(b.seq_splits) + " times n_tokens = " + str(b.n_tokens) + " exceeds " +
-                    str(attn_split_row_budget));
+                    str(rows) + " split rows");
   if (b.split_keys > 0 && b.n_tokens > 0) {
     const int64_t n = (b.max_seq_len + b.split_keys - 1) / b.split_keys;
-    if (n > attn_max_splits || (n > 1 && n * b.n_tokens > attn_split_row_budget))
+    if (n > attn_max_splits || (n > 1 && n * b.n_tokens > rows))
       return bad_attn("split_keys = " + str(b.split_keys) + " gives " + str(n) +
                       " splits for max_seq_len = " + str(b.max_seq_len) + " (at most " + str(attn_max_splits) +
-                      ", and splits x n_tokens = " + str(b.n_tokens) + " at most " + str(attn_split_row_budget) + ")");
+                      ", and splits x n_tokens = " + str(b.n_tokens) + " at most " + str(rows) + ")");
   }
   if (b.n_tokens > 0 && (!b.seq_offsets || !b.positions || !b.page_row_offsets || !b.page_indices || !b.seq_lens))
     return bad_attn("null seq_offsets, positions or page table");
@@ -322,13 +340,14 @@ inline status validate(const attn_core_args& a) {
   Q35_TRY(validate(a.shape, a.batch, a.kv));
   if (a.batch.n_tokens > 0 && (!a.qg || !a.out)) return detail::bad_attn("null qg or out");
   if (reinterpret_cast<uintptr_t>(a.qg) % 16 != 0) return detail::bad_attn("qg is not 16-byte aligned");
-  if (a.batch.n_tokens > 0 && a.batch.n_tokens * std::max(a.batch.n_splits, 1) > attn_split_row_budget &&
-      a.batch.n_splits > 1)
+  const int64_t rows = attn_split_rows(a.batch);
+  if (a.batch.n_tokens > 0 && a.batch.n_tokens * std::max(a.batch.n_splits, 1) > rows && a.batch.n_splits > 1)
     return detail::bad_attn("n_splits = " + std::to_string(a.batch.n_splits) + " times n_tokens = " +
-                            std::to_string(a.batch.n_tokens) + " exceeds " + std::to_string(attn_split_row_budget));
-  if (a.workspace_bytes < attn_split_workspace_bytes(a.shape) || !a.workspace)
+                            std::to_string(a.batch.n_tokens) + " exceeds " + std::to_string(rows) + " split rows");
+  const size_t need = attn_split_workspace_bytes(a.shape, rows);
+  if (a.workspace_bytes < need || !a.workspace)
     return detail::bad_attn("workspace of " + std::to_string(a.workspace_bytes) + " bytes is below the " +
-                            std::to_string(attn_split_workspace_bytes(a.shape)) + " needed");
+                            std::to_string(need) + " needed");
   return status::success();
 }
 
@@ -355,7 +374,7 @@ inline status run_attention(const attn_core_args& a, bool prefill, stream_t stre
   float* part_o = static_cast<float*>(a.workspace);
   float* part_lse = reinterpret_cast<float*>(
       static_cast<unsigned char*>(a.workspace) +
-      align_256(size_t(attn_split_row_budget) * size_t(a.shape.n_heads) * size_t(a.shape.value_dim) * 4));
+      align_256(size_t(attn_split_rows(a.batch)) * size_t(a.shape.n_heads) * size_t(a.shape.value_dim) * 4));
   Q35_TRY(with_kv_type(a.kv.type, a.shape.head_dim, [&](auto tt, auto d) -> status {
     using T = typename decltype(tt)::type;
     // the two kernels take the same params
@@ -427,7 +446,7 @@ inline status validate(const attn_layer_args& a) {
   Q35_TRY(check_w(a.w.out, "out", s.n_embd, int64_t(s.n_heads) * s.value_dim));
   if (!a.w.q_norm || !a.w.k_norm) return bad_attn("null q_norm or k_norm");
   if (a.batch.n_tokens > 0 && (!a.x || !a.h)) return bad_attn("null x or h");
-  const size_t need = attn_layer_workspace_bytes(s, a.batch.n_tokens, a.batch.max_seq_len);
+  const size_t need = attn_layer_workspace_bytes(s, a.batch.n_tokens, a.batch.max_seq_len, attn_split_rows(a.batch));
   if (!a.workspace || a.workspace_bytes < need)
     return bad_attn("workspace of " + str(a.workspace_bytes) + " bytes is below the " + str(need) + " needed");
   if (reinterpret_cast<uintptr_t>(a.workspace) % 256 != 0) return bad_attn("workspace is not 256-byte aligned");
@@ -452,7 +471,8 @@ inline status attention_layer(const attn_layer_args& a, stream_t stream = nullpt
   float* k = reinterpret_cast<float*>(take(size_t(n) * size_t(s.n_kv_heads * s.head_dim) * 4));
   float* v = reinterpret_cast<float*>(take(size_t(n) * size_t(s.n_kv_heads * s.value_dim) * 4));
   float* o = reinterpret_cast<float*>(take(size_t(n) * size_t(s.n_heads * s.value_dim) * 4));
-  void* split_ws = take(attn_split_workspace_bytes(s));
+  const size_t split_bytes = attn_split_workspace_bytes(s, attn_split_rows(a.batch));
+  void* split_ws = take(split_bytes);
   const size_t mm_bytes = a.workspace_bytes - size_t(ws - static_cast<unsigned char*>(a.workspace));
   void* mm_ws = mm_bytes ? ws : nullptr;
 
@@ -475,7 +495,7 @@ inline status attention_layer(const attn_layer_args& a, stream_t stream = nullpt
   Q35_TRY(project(a.w.v, a.x, x16, x8, v, ops::epilogue::store));
   attn_append_args ap{s, a.batch, a.kv, qg, k, v, a.w.q_norm, a.w.k_norm};
   Q35_TRY(attention_append(ap, stream));
-  attn_core_args c{s, a.batch, a.kv, qg, o, split_ws, attn_split_workspace_bytes(s)};
+  attn_core_args c{s, a.batch, a.kv, qg, o, split_ws, split_bytes};
   Q35_TRY(a.batch.max_seq_tokens <= 1 ? attention_decode(c, stream) : attention_prefill(c, stream));
   return project(a.w.out, o, {}, {}, a.h, ops::epilogue::residual);
 }
