@@ -4,7 +4,9 @@
 // averaged over the rotated inputs, plus the shared expert, router and activations) as GB/s and % of
 // the measured copy bandwidth; past 8 tokens (the grouped tensor-core GEMMs) also TFLOPS of the
 // expert products (2 n_embd ff per matrix, k + 1 experts of 3 matrices per token). At batch 1 and 8
-// each of the three decode launches is timed alone too. bm_moe_indexed: the experts behind an expert
+// each of the three decode launches is timed alone too; at 16, 32 and 64 "every_count" runs the decode
+// kernels with gemm_every_count (the decoder's batch_invariant_gemm groups), to set against the grouped
+// path at 64. bm_moe_indexed: the experts behind an expert
 // index, in device or pinned host memory, staged in windows past 8 tokens.
 // Weights: two copies (~1.8 GB), alternated every call, and 16 inputs with their own routing, so
 // the experts of one call are rarely still in L2 (~6 % overlap for random routing).
@@ -23,7 +25,7 @@ namespace {
 
 using namespace q35;
 
-enum class moe_stage { whole, router, gate_up, down };
+enum class moe_stage { whole, router, gate_up, down, every_count };  // every_count: whole, gemm_every_count
 
 constexpr int n_embd = 2048, n_experts = 256, k = 8, expert_ff = 512, shared_ff = 512;
 constexpr int n_inputs = 16, n_weight_copies = 2;
@@ -44,6 +46,7 @@ void small_scales(std::vector<uint8_t>& hw, size_t at, size_t n) {
 struct moe_layer {
   launch::ffn_shape s;
   int64_t n_tokens = 0;
+  bool every_count = false;  // ffn_layer_args::gemm_every_count
   // one copy: router F32, then gate, up, down experts, then the shared gate_inp (F32), gate, up, down
   size_t router_bytes = size_t(n_experts) * n_embd * 4, shinp_bytes = size_t(n_embd) * 4;
   size_t sh_mat_bytes = size_t(F::row_bytes(n_embd)) * shared_ff;
@@ -59,7 +62,7 @@ struct moe_layer {
     n_tokens = tokens;
     s.n_embd = n_embd, s.n_experts = n_experts, s.n_experts_used = k, s.expert_ff_dim = expert_ff;
     s.shared_ff_dim = shared_ff;
-    ws_bytes = launch::moe_workspace_bytes(s, n_tokens);
+    ws_bytes = launch::moe_workspace_bytes(s, n_tokens, every_count);
     if (!w.allocate(copy_bytes * n_weight_copies).ok() || !x.allocate(size_t(n_inputs * n_tokens) * n_embd).ok() ||
         !h.allocate(size_t(n_tokens) * n_embd).ok() || !flag.allocate(1).ok() ||
         !ws.allocate(ws_bytes * n_inputs).ok()) {
@@ -94,7 +97,7 @@ struct moe_layer {
         return false;
       }
       std::vector<int32_t> ids(size_t(n_tokens) * k);
-      const auto l = launch::detail::moe_plan(s, n_tokens);
+      const auto l = launch::detail::moe_plan(s, n_tokens, every_count);
       (void)copy(ids.data(), ws.data() + size_t(i) * ws_bytes + l.ids, ids.size() * 4, copy_kind::device_to_host);
       (void)synchronize();
       distinct += double(std::set<int32_t>(ids.begin(), ids.end()).size()) / n_inputs;
@@ -119,6 +122,7 @@ struct moe_layer {
     launch::ffn_layer_args a;
     a.shape = s, a.x = x.data() + size_t(i) * n_tokens * n_embd, a.h = h.data(), a.n_tokens = n_tokens;
     a.workspace = ws.data() + size_t(i) * ws_bytes, a.workspace_bytes = ws_bytes, a.error_flag = flag.data();
+    a.gemm_every_count = every_count;
     return a;
   }
 };
@@ -129,6 +133,7 @@ void bm_moe(benchmark::State& state) {
   if (bench::skip_without_gpu(state)) return;
 #if Q35_BACKEND_CUDA
   moe_layer L;
+  L.every_count = Stage == moe_stage::every_count;
   if (!L.init(state, state.range(0))) return;
   const int64_t n_tokens = L.n_tokens;
   const double distinct = L.distinct;
@@ -137,6 +142,7 @@ void bm_moe(benchmark::State& state) {
   double bytes = 0;
   switch (Stage) {
     case moe_stage::whole:
+    case moe_stage::every_count:
       bytes = router_bytes + shinp_bytes + distinct * 3 * mat_bytes + 3 * sh_mat_bytes + 3 * act_bytes;
       break;
     case moe_stage::router:
@@ -154,6 +160,7 @@ void bm_moe(benchmark::State& state) {
     const launch::moe_weights mw = L.weights_of(i % n_weight_copies);
     switch (Stage) {
       case moe_stage::whole:
+      case moe_stage::every_count:
         return launch::moe_ffn(a, mw);
       case moe_stage::router:
         return launch::detail::moe_route(a, mw, nullptr);
@@ -236,6 +243,12 @@ BENCHMARK_TEMPLATE(bm_moe, moe_stage::whole)
     ->Arg(64)
     ->Arg(512)
     ->Arg(4096)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(bm_moe, moe_stage::every_count)
+    ->Arg(16)
+    ->Arg(32)
+    ->Arg(64)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_TEMPLATE(bm_moe, moe_stage::router)->Arg(1)->Arg(8)->UseManualTime()->Unit(benchmark::kMicrosecond);

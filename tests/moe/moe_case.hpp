@@ -59,8 +59,12 @@ struct moe_case_spec {
   uint32_t sh_down_type = uint32_t(quant::type_id::q8_0);
   bool merged_gate_up = false;  // one [E][2 ff][n_embd] tensor, viewed as gate and up row ranges
   int forced_experts = 0;       // > 0: every token selects experts 5, 2, 7, ... (mod E) first, in that order
+  bool every_count = false;     // ffn_layer_args::gemm_every_count (the decode kernels up to 64 tokens)
   uint64_t seed = 1;
 };
+
+// Whether the call takes the decode kernels (else the grouped path).
+inline bool decode_path(const moe_case_spec& s) { return s.n_tokens <= launch::moe_decode_limit(s.every_count); }
 
 struct moe_case {
   moe_case_spec spec;
@@ -139,7 +143,8 @@ inline moe_case make_moe_case(const moe_case_spec& s) {
   // expert in another format goes through launch::matmul without quantized input (fp32). Above
   // moe_decode_max_tokens the integer formats run on the int8 tensor-core GEMMs (grouped for the
   // routed experts), which read 16-bit activations too; the float formats' split GEMMs are fp32-grade.
-  if (s.n_tokens <= launch::moe_decode_max_tokens) {
+  // With every_count, a shared expert in another format is on the dense GEMM at every count.
+  if (decode_path(s)) {
     const launch::ffn_shape sh = shape_of(s);
     const launch::detail::moe_decode_paths p = launch::detail::moe_decode_paths_of(c.weights, sh);
     if (p.gate_up_act16) {
@@ -151,6 +156,12 @@ inline moe_case make_moe_case(const moe_case_spec& s) {
       r.down_parts = c.down.parts;
       if (sff > 0 && launch::detail::moe_fused_down(c.weights, sh)) r.sh_down_parts = c.sh_down.parts;
     }
+    if (sff > 0 && s.every_count && !launch::detail::moe_fused_gate_up(c.weights, sh) &&
+        launch::matmul_gemm_i8_path(c.sh_gate.view, s.n_tokens, true))
+      r.sh_gate_parts = c.sh_gate.parts, r.sh_up_parts = c.sh_up.parts;
+    if (sff > 0 && s.every_count && !launch::detail::moe_fused_down(c.weights, sh) &&
+        launch::matmul_gemm_i8_path(c.sh_down.view, s.n_tokens, true))
+      r.sh_down_parts = c.sh_down.parts;
   } else {
     // the grouped path: x for gate/up, the kernel's own act for down
     if (launch::moe_grouped_gemm_i8_path(c.weights.gate_exps)) r.gate_parts = gate_parts, r.up_parts = up_parts;
@@ -168,15 +179,20 @@ struct moe_run {
   int error_flag = 0;
 };
 
-// Runs launch::moe_ffn on a poisoned workspace and h = h0.
-inline moe_run run_moe(const moe_case& c) {
+// Runs launch::moe_ffn on a poisoned workspace and h = h0: tokens [t0, t0 + n) (n < 0: all of them).
+inline moe_run run_moe(const moe_case& c, int64_t t0 = 0, int64_t n = -1) {
   const moe_case_spec& s = c.spec;
-  device_buffer<float> x = to_device(c.x), h = to_device(c.h0);
+  if (n < 0) n = s.n_tokens - t0;
+  const size_t e = size_t(s.n_embd);
+  device_buffer<float> x = to_device(std::vector<float>(c.x.begin() + std::ptrdiff_t(size_t(t0) * e),
+                                                        c.x.begin() + std::ptrdiff_t(size_t(t0 + n) * e)));
+  device_buffer<float> h = to_device(std::vector<float>(c.h0.begin() + std::ptrdiff_t(size_t(t0) * e),
+                                                        c.h0.begin() + std::ptrdiff_t(size_t(t0 + n) * e)));
   device_buffer<int> flag = to_device(std::vector<int>{0});
   launch::ffn_layer_args a;
   a.shape = shape_of(s);
-  a.x = x.data(), a.h = h.data(), a.n_tokens = s.n_tokens, a.error_flag = flag.data();
-  device_buffer<uint8_t> ws = poisoned<uint8_t>(launch::moe_workspace_bytes(a.shape, s.n_tokens));
+  a.x = x.data(), a.h = h.data(), a.n_tokens = n, a.error_flag = flag.data(), a.gemm_every_count = s.every_count;
+  device_buffer<uint8_t> ws = poisoned<uint8_t>(launch::moe_workspace_bytes(a.shape, n, s.every_count));
   a.workspace = ws.data(), a.workspace_bytes = ws.bytes();
   Q35_REQUIRE_OK(launch::moe_ffn(a, c.weights));
   moe_run out;
@@ -185,22 +201,23 @@ inline moe_run run_moe(const moe_case& c) {
   return out;
 }
 
-// Which kernel computes a dot decides its accumulation depth: up to moe_decode_max_tokens tokens
-// the GEMV engine (the decode kernels, and launch::matmul for a shared expert in other formats);
-// above, the tensor-core GEMMs (grouped for the routed experts, dense for the shared one).
+// Which kernel computes a dot decides its accumulation depth: on the decode path the GEMV engine (the
+// decode kernels, and launch::matmul for a shared expert in other formats, which with every_count runs
+// the dense GEMM instead: its depth for both of the shared expert's products, the larger bound where
+// only one of them is unfused); on the grouped path the tensor-core GEMMs (grouped for the routed
+// experts, dense for the shared one).
 inline ref::moe_ref_depths depths_of(const moe_case_spec& s) {
-  if (s.n_tokens > launch::moe_decode_max_tokens) {
-    // the integer formats on the int8 GEMMs, the float formats on the split-float ones
-    const auto gemm = [](std::initializer_list<uint32_t> types) {
-      for (const uint32_t t : types)
-        if (t == uint32_t(quant::type_id::f32) || t == uint32_t(quant::type_id::f16) ||
-            t == uint32_t(quant::type_id::bf16))
-          return ref::mma_float_depth;
-      return ref::serial_depth;
-    };
-    return {ref::router_depth, gemm({s.type, s.down_type}), gemm({s.sh_type, s.sh_down_type})};
-  }
-  return {ref::router_depth, ref::engine_depth, ref::engine_depth};
+  // the integer formats on the int8 GEMMs, the float formats on the split-float ones
+  const auto gemm = [](std::initializer_list<uint32_t> types) {
+    for (const uint32_t t : types)
+      if (t == uint32_t(quant::type_id::f32) || t == uint32_t(quant::type_id::f16) ||
+          t == uint32_t(quant::type_id::bf16))
+        return ref::mma_float_depth;
+    return ref::serial_depth;
+  };
+  if (!decode_path(s)) return {ref::router_depth, gemm({s.type, s.down_type}), gemm({s.sh_type, s.sh_down_type})};
+  const bool sh_gemm = s.every_count && s.shared_ff > 0 && (s.sh_type != s.type || s.sh_down_type != s.down_type);
+  return {ref::router_depth, ref::engine_depth, sh_gemm ? gemm({s.sh_type, s.sh_down_type}) : ref::engine_depth};
 }
 
 // Compares one run with the float64 reference: every output within its derived bound.

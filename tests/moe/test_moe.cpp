@@ -212,8 +212,6 @@ TEST_CASE("moe_ffn: validation names the bad value" * test::needs_device()) {
   expect(a, c.weights, "n_experts_used = 17");
   a = good, a.shape.expert_ff_dim = 200;
   expect(a, c.weights, "expert_ff_dim = 200");
-  a = good, a.gemm_every_count = true;  // dense_ffn's; MoE rows are invariant with row_invariant
-  expect(a, c.weights, "gemm_every_count is dense_ffn's");
   a = good, a.workspace_bytes -= 1;
   expect(a, c.weights, "needed");
   a = good, a.error_flag = nullptr;

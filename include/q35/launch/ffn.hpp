@@ -69,9 +69,10 @@ struct ffn_layer_args {
   quant::act16_view maybe_x16;
   // Each matmul computes a token's row as it would alone (launch::matmul_args::row_invariant).
   bool row_invariant = false;
-  // dense_ffn: both matmuls on the GEMM at every token count (launch::matmul_args::gemm_every_count): a
-  // token's row as it would be alone in any call of 1..gemm_i8_invariant_tokens tokens. moe_ffn rejects
-  // it (its rows are invariant with row_invariant in calls of up to moe_decode_max_tokens tokens).
+  // A token's row as it would be alone in any call of 1..gemm_i8_invariant_tokens (64) tokens. dense_ffn:
+  // both matmuls on the GEMM at every token count (launch::matmul_args::gemm_every_count). moe_ffn: the
+  // router's decode policy and the decode kernels (rows per pair) up to 64 tokens, not 8, and an unfused
+  // shared expert's matmuls on the GEMM at every count. Past 64 tokens each takes its usual path.
   bool gemm_every_count = false;
   // MoE: the router's options. With route.adaptive a token may use fewer than n_experts_used
   // experts (its other slots are empty and cost nothing); softmax scoring is required.

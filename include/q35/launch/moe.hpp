@@ -5,9 +5,12 @@
 // (ids and weights stay on the device), one launch for the gate+up SwiGLU of every selected expert
 // and of the shared expert, one for the weighted down projections added to the residual: 3 kernel
 // launches (plus a memset of the router's tile counters) when the shared expert has the routed
-// experts' formats, 5 when not (its gate+up and down then run through launch::matmul). Prefill
-// path (more than moe_decode_max_tokens tokens): router, grouping by expert (launch::moe_group:
-// CUB radix sort on CUDA), a grouped tensor-core GEMM per projection (the dense GEMMs' tiles over
+// experts' formats, 5 when not (its gate+up and down then run through launch::matmul). Its rows are
+// computed per (token, expert) pair, so with gemm_every_count (the router's decode policy, and the
+// shared expert's matmuls, if any, on the GEMM at every count) it serves up to 64 tokens with rows as
+// each would be alone. Prefill
+// path (more than moe_decode_max_tokens tokens, or 64 with gemm_every_count): router, grouping by expert
+// (launch::moe_group: CUB radix sort on CUDA), a grouped tensor-core GEMM per projection (the dense GEMMs' tiles over
 // each expert's sorted pairs, kernels/gemm_rows.hpp: int8 for the GGUF integer formats on the
 // GEMV's 16-bit activations, split fp16/bf16 for F16/BF16/F32), the shared expert through
 // launch::matmul, and a combination back to token order in a fixed summation order.
@@ -47,7 +50,9 @@ inline status moe_route(const ffn_layer_args& a, const moe_weights& w, stream_t 
   r.maybe_k_used = a.route.adaptive ? reinterpret_cast<int32_t*>(b.ws + b.l.k_used) : nullptr;
   r.workspace = {reinterpret_cast<float*>(b.ws + b.l.logits), reinterpret_cast<uint32_t*>(b.ws + b.l.counters),
                  a.n_tokens, s.n_experts};
-  return router(r, stream);
+  // with gemm_every_count the decode policy at every count (1..64): a token's logits, so its experts and
+  // weights, as they would be alone (the batch policy past 8 tokens sums them in another order)
+  return a.gemm_every_count ? router<kernels::router_policy_decode>(r, stream) : router(r, stream);
 }
 }  // namespace detail
 
@@ -58,8 +63,8 @@ inline status moe_ffn(const ffn_layer_args& a, const moe_weights& w, stream_t st
   Q35_TRY(validate_moe(a, w));
   if (a.n_tokens == 0) return status::success();
   Q35_TRY(detail::moe_route(a, w, stream));
-  if (a.n_tokens > moe_decode_max_tokens)
-    return detail::moe_grouped(a, w, detail::moe_plan(a.shape, a.n_tokens), stream);
+  if (a.n_tokens > moe_decode_limit(a.gemm_every_count))
+    return detail::moe_grouped(a, w, detail::moe_buffers_of(a).l, stream);
   if (!w.maybe_index.empty()) Q35_TRY(detail::moe_apply_index(a, w, stream));
   Q35_TRY(detail::moe_decode_gate_up(a, w, stream));
   return detail::moe_decode_down(a, w, stream);

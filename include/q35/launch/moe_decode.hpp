@@ -1,4 +1,4 @@
-// launch::moe_ffn's decode path, for calls of up to moe_decode_max_tokens tokens: the pairs' matrix
+// launch::moe_ffn's decode path, for calls of up to moe_decode_limit tokens: the pairs' matrix
 // indexes of a layer whose experts sit behind an index, one launch for the gate+up SwiGLU of every
 // selected expert (and the shared expert's), one for the weighted down projections added to the
 // residual, on the GEMV engine's dots (16-bit integer activations where the format allows).
@@ -162,6 +162,8 @@ inline status moe_decode_gate_up(const ffn_layer_args& a, const moe_weights& w, 
     matmul_args m;
     m.w = w.shexp_gate, m.maybe_w_up = w.shexp_up, m.x = a.x, m.y = b.sh_act, m.n_tokens = a.n_tokens;
     m.epilogue = ops::epilogue::swiglu, m.maybe_x16 = x16, m.row_invariant = a.row_invariant;
+    if (a.gemm_every_count)
+      m.gemm_every_count = true, m.maybe_workspace = b.ws + b.l.mm, m.workspace_bytes = b.l.total - b.l.mm;
     Q35_TRY(matmul(m, stream));
   }
   const moe_decode_paths paths = moe_decode_paths_of(w, s);
@@ -180,6 +182,8 @@ inline status moe_decode_gate_up(const ffn_layer_args& a, const moe_weights& w, 
   if (s.shared_ff_dim > 0 && !moe_fused_down(w, s)) {
     matmul_args m;
     m.w = w.shexp_down, m.x = b.sh_act, m.y = b.sh_y, m.n_tokens = a.n_tokens, m.row_invariant = a.row_invariant;
+    if (a.gemm_every_count)
+      m.gemm_every_count = true, m.maybe_workspace = b.ws + b.l.mm, m.workspace_bytes = b.l.total - b.l.mm;
     Q35_TRY(matmul(m, stream));
   }
   return status::success();

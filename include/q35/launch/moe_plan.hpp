@@ -18,10 +18,18 @@ namespace q35::launch {
 
 // Token counts up to which moe_ffn runs the decode kernels; above, the grouped (prefill) path.
 inline constexpr int64_t moe_decode_max_tokens = 8;
+// ... with ffn_layer_args::gemm_every_count: the decode kernels compute every (token, expert) pair and
+// every token's down sum on its own, so their rows are the same at any count; the flag keeps them up to
+// the count to which the unfused shared expert's matmuls (on the GEMM at every count) are invariant.
+inline constexpr int64_t moe_decode_max_tokens_every_count = gemm_i8_invariant_tokens;
+inline int64_t moe_decode_limit(bool gemm_every_count) {
+  return gemm_every_count ? moe_decode_max_tokens_every_count : moe_decode_max_tokens;
+}
 
 namespace detail {
-// Byte offsets of moe_ffn's scratch regions for n tokens (each 256-byte aligned); the grouped
-// path's regions (sorted pairs .. y) only above moe_decode_max_tokens.
+// Byte offsets of moe_ffn's scratch regions for n tokens (each 256-byte aligned) and its
+// gemm_every_count: the grouped path's regions (sorted pairs .. y) only above moe_decode_limit, the
+// decode path's below.
 struct moe_layout {
   size_t counters, logits, ids, weights, k_used, gate, act, sh_act, sh_y;
   size_t x16, act16, sh_act16;  // decode only: x, act and sh_act quantized for the GEMV engine's integer path
@@ -29,11 +37,11 @@ struct moe_layout {
   size_t sorted_pairs, offsets, tile_starts, group_temp, y;
   size_t expert_at;  // grouped only: where a staged window's experts are (kernels::gemm_groups::maybe_expert_at)
   size_t x8, act8;   // grouped only: x and act split for the int8 tensor-core GEMM (quant/act8x2.hpp)
-  size_t mm;         // grouped only: the shared expert's matmul scratch (its activations for the tensor-core GEMM)
+  size_t mm;  // the shared expert's matmul scratch (its activations for the tensor-core GEMM): grouped, or every_count
   size_t total;
 };
 template <int = 0>
-inline moe_layout moe_plan(const ffn_shape& s, int64_t n) {
+inline moe_layout moe_plan(const ffn_shape& s, int64_t n, bool gemm_every_count = false) {
   moe_layout l{};
   size_t at = 0;
   auto take = [&](size_t bytes) {
@@ -51,7 +59,7 @@ inline moe_layout moe_plan(const ffn_shape& s, int64_t n) {
   l.act = take(t * k * size_t(s.expert_ff_dim) * sizeof(float));  // [n * k][expert_ff]
   l.sh_act = take(t * size_t(s.shared_ff_dim) * sizeof(float));   // [n][shared_ff]
   l.sh_y = take(t * size_t(s.n_embd) * sizeof(float));            // [n][n_embd] (shared expert in another format)
-  const bool decode = n <= moe_decode_max_tokens;
+  const bool decode = n <= moe_decode_limit(gemm_every_count);
   const auto a16 = [&](int64_t cols, int64_t rows) {
     return decode && cols % quant::act16_group_elems == 0 ? quant::act16_bytes(cols, rows) : 0;
   };
@@ -60,7 +68,7 @@ inline moe_layout moe_plan(const ffn_shape& s, int64_t n) {
   l.sh_act16 = take(s.shared_ff_dim > 0 ? a16(s.shared_ff_dim, n) : 0);  // [n][shared_ff]
   l.index_gu = take(decode ? t * k * sizeof(int32_t) : 0);               // [n][k]
   l.index_dn = take(decode ? t * k * sizeof(int32_t) : 0);               // [n][k]
-  const size_t e1 = size_t(s.n_experts + 1), pairs = n > moe_decode_max_tokens ? t * k : 0;
+  const size_t e1 = size_t(s.n_experts + 1), pairs = decode ? 0 : t * k;
   l.sorted_pairs = take(pairs * sizeof(int32_t));          // [n * k]
   l.offsets = take(pairs ? e1 * sizeof(int32_t) : 0);      // [E + 1]
   l.tile_starts = take(pairs ? e1 * sizeof(int32_t) : 0);  // [E + 1]
@@ -72,9 +80,11 @@ inline moe_layout moe_plan(const ffn_shape& s, int64_t n) {
   };
   l.x8 = take(a8(s.n_embd, n));                        // [n][n_embd]
   l.act8 = take(a8(s.expert_ff_dim, n * int64_t(k)));  // [n * k][expert_ff], sorted order
-  l.mm = take(pairs && s.shared_ff_dim > 0 ? std::max(matmul_workspace_bytes(s.n_embd, n, 2 * s.shared_ff_dim),
-                                                      matmul_workspace_bytes(s.shared_ff_dim, n, s.n_embd))
-                                           : 0);
+  // (a shared expert in the routed experts' formats is computed by the decode kernels, which need none)
+  const bool sh_matmul = s.shared_ff_dim > 0 && (pairs || gemm_every_count);
+  l.mm = take(sh_matmul ? std::max(matmul_workspace_bytes(s.n_embd, n, 2 * s.shared_ff_dim),
+                                   matmul_workspace_bytes(s.shared_ff_dim, n, s.n_embd))
+                        : 0);
   l.total = at;
   return l;
 }
@@ -90,13 +100,16 @@ inline status check_cols(const std::string& fn, const char* name, const quant::w
 }
 }  // namespace detail
 
-// Device scratch of moe_ffn for up to max_tokens tokens: the larger of the two paths' plans (the
-// decode path's 16-bit copies can outweigh the grouped path's regions just above its limit).
+// Device scratch of moe_ffn for any call of up to max_tokens tokens: the larger of the two paths' plans
+// (the decode path's 16-bit copies can outweigh the grouped path's regions just above its limit); with
+// gemm_every_count, for calls with and without that flag.
 template <int = 0>
-inline size_t moe_workspace_bytes(const ffn_shape& s, int64_t max_tokens) {
+inline size_t moe_workspace_bytes(const ffn_shape& s, int64_t max_tokens, bool gemm_every_count = false) {
   const size_t grouped = detail::moe_plan(s, max_tokens).total;
   const size_t decode = detail::moe_plan(s, std::min(max_tokens, moe_decode_max_tokens)).total;
-  return std::max(grouped, decode);
+  const int64_t wide = moe_decode_max_tokens_every_count;
+  const size_t every = gemm_every_count ? detail::moe_plan(s, std::min(max_tokens, wide), true).total : 0;
+  return std::max({grouped, decode, every});
 }
 
 // The grouped path of an indexed layer stages its selected experts a window at a time: the gate+up
@@ -123,10 +136,6 @@ inline status validate_moe(const ffn_layer_args& a, const moe_weights& w) {
   const ffn_shape& s = a.shape;
   const std::string fn = "moe_ffn";
   const auto str = [](int64_t v) { return std::to_string(v); };
-  if (a.gemm_every_count)
-    return detail::bad_ffn(fn,
-                           "gemm_every_count is dense_ffn's; MoE rows are invariant with row_invariant in calls of "
-                           "up to moe_decode_max_tokens tokens");
   if (s.n_embd < 1 || s.n_embd % quant::unit_elems != 0)
     return detail::bad_ffn(fn, "n_embd = " + str(s.n_embd) + " is not a positive multiple of 16");
   if (s.n_experts < 1 || s.n_experts > ops::router_max_experts)
@@ -170,7 +179,7 @@ inline status validate_moe(const ffn_layer_args& a, const moe_weights& w) {
       if (b < 0 || b > e || e > ix.n_virtual)
         return detail::bad_ffn(fn, std::string("maybe_index: the in-place range of ") + name + " [" + str(b) + ", " +
                                        str(e) + ") is not within [0, n_virtual = " + str(ix.n_virtual) + "]");
-    if (a.n_tokens > moe_decode_max_tokens) {
+    if (a.n_tokens > moe_decode_limit(a.gemm_every_count)) {
       const size_t need = moe_staging_bytes(w, 1);
       if (!w.maybe_index.maybe_staging || w.maybe_index.staging_bytes < need ||
           reinterpret_cast<uintptr_t>(w.maybe_index.maybe_staging) % 256 != 0)
@@ -196,7 +205,7 @@ inline status validate_moe(const ffn_layer_args& a, const moe_weights& w) {
   if (reinterpret_cast<uintptr_t>(a.x) % 16 != 0) return detail::bad_ffn(fn, "x is not 16-byte aligned");
   if (!a.error_flag)
     return detail::bad_ffn(fn, "error_flag is null (device-side expert ids are checked on the device)");
-  const size_t need = moe_workspace_bytes(s, a.n_tokens);
+  const size_t need = moe_workspace_bytes(s, a.n_tokens, a.gemm_every_count);
   if (!a.workspace || a.workspace_bytes < need || reinterpret_cast<uintptr_t>(a.workspace) % 256 != 0)
     return detail::bad_ffn(fn, "workspace of " + str(int64_t(a.workspace_bytes)) + " bytes (256-byte aligned), " +
                                    str(int64_t(need)) + " needed for " + str(a.n_tokens) + " tokens");
@@ -218,7 +227,7 @@ struct moe_buffers {
 template <int = 0>
 inline moe_buffers moe_buffers_of(const ffn_layer_args& a) {
   moe_buffers b;
-  b.l = moe_plan(a.shape, a.n_tokens);
+  b.l = moe_plan(a.shape, a.n_tokens, a.gemm_every_count);
   b.ws = static_cast<uint8_t*>(a.workspace);
   b.ids = reinterpret_cast<int32_t*>(b.ws + b.l.ids);
   b.weights = reinterpret_cast<float*>(b.ws + b.l.weights);
