@@ -205,6 +205,7 @@ status decoder::forward(int64_t n_rows) {
         a.batch.max_seq_tokens = g.max_seq_tokens;
         a.batch.max_seq_len = g.max_seq_len;
         if (g.decode) a.batch.seq_splits = decode_splits(n);
+        a.batch.split_rows = int(attn_split_rows());
         a.kv = kv_.layer(attn_index_[il]);
         a.x = ag, a.h = hg, a.maybe_x16 = a16, a.row_invariant = cfg_.batch_invariant;
         a.gemm_every_count = gemm_every_count;
@@ -233,21 +234,12 @@ status decoder::forward(int64_t n_rows) {
       f.error_flag = error_flag;
       if (expert_load_ && moe_index_[il] >= 0) f.maybe_expert_counts = expert_load_->counts(moe_index_[il]);
       if (cfg_.moe_adaptive_k) f.route.adaptive = true, f.route.adaptive_k = *cfg_.moe_adaptive_k;
+      // MoE: a decode group in one call of the decode kernels up to 64 rows (see decoder.hpp)
+      f.gemm_every_count = l.ffn_kind == models::ffn_type::dense ? gemm_every_count : moe_every_count(g);
       if (l.ffn_kind == models::ffn_type::dense) {
-        f.gemm_every_count = gemm_every_count;
         Q35_TRY(launch::dense_ffn(f, l.ffn, s));
         mark(call::dense_ffn);
-      } else if (gemm_every_count && g.decode && n > launch::moe_decode_max_tokens) {
-        // a decode group past the MoE decode kernels' rows: in calls of at most that many (see decoder.hpp)
-        for (int64_t r0 = 0; r0 < n; r0 += launch::moe_decode_max_tokens) {
-          launch::ffn_layer_args fr = f;
-          fr.x = ag + r0 * e, fr.h = hg + r0 * e, fr.n_tokens = std::min(launch::moe_decode_max_tokens, n - r0);
-          fr.maybe_x16 = {};
-          Q35_TRY(launch::moe_ffn(fr, l.moe, s));
-        }
-        mark(call::moe_ffn);
-      } else if (const expert_store::layer* el = experts_ ? experts_->find(int(il)) : nullptr;
-                 el && n > launch::moe_decode_max_tokens) {
+      } else if (const expert_store::layer* el = experts_ ? experts_->find(int(il)) : nullptr; el && moe_grouped(g)) {
         // the grouped path reads packed experts: the ones the call selects, copied into the staging area
         launch::moe_weights w = l.moe;
         w.maybe_index.maybe_staging = expert_staging_.data(), w.maybe_index.staging_bytes = expert_staging_.bytes();
@@ -280,7 +272,7 @@ int decoder::decode_splits(int64_t n) const {
   // no more than a full context can use (splits hold >= attn_min_split_keys keys): the same splits, fewer
   // blocks that would exit at once
   const int64_t usable = (cfg_.n_ctx + launch::attn_min_split_keys - 1) / launch::attn_min_split_keys;
-  return int(std::clamp<int64_t>(std::min(launch::attn_split_row_budget / rows, usable), 1, launch::attn_max_splits));
+  return int(std::clamp<int64_t>(std::min(attn_split_rows() / rows, usable), 1, launch::attn_max_splits));
 }
 
 status decoder::step(std::span<const seq_input> inputs, std::vector<float>* host_logits) {

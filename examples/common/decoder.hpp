@@ -29,9 +29,12 @@
 // rows and every matmul of the attention, Gated DeltaNet and dense FFN layers and the LM head runs on the
 // tensor-core GEMM at every row count (launch::matmul_args::gemm_every_count), whose rows do not depend
 // on the other rows of a call of 1..64: 64 sequences read the weights once, not 8 times, and a single
-// sequence pays the GEMM's 16-token tile for its one row. MoE layers run such a group in calls of at most
-// launch::moe_decode_max_tokens rows (their decode kernels, row_invariant); routed experts differ from
-// row to row anyway, and the shared expert is read once per 8 rows.
+// sequence pays the GEMM's 16-token tile for its one row. MoE layers run such a group in one call of
+// their decode kernels (launch::moe_ffn with gemm_every_count: up to 64 rows, each (row, expert) pair
+// computed on its own, a shared expert of another format on the GEMM at every count). Attention keeps 32 splits per
+// sequence in either invariant mode (invariant_attn_splits): the split partials grow with the group
+// (64 rows x 32 splits x n_heads x value_dim floats, 32 MiB for the 9B), so that a lone long context
+// keeps its split-KV parallelism among 64 rows.
 #pragma once
 
 #include <cstdint>
@@ -62,6 +65,10 @@ enum class expert_policy {
               // look, the more selections first): a least-recently-used cache at look granularity
 };
 const char* to_string(expert_policy p);
+
+// Attention splits per sequence of a batch-invariant decode group at least (more where the group is
+// smaller than 8 rows): 32 x 4 KV heads of the 9B are ~128 blocks for one sequence on ~132 SMs.
+inline constexpr int64_t invariant_attn_splits = 32;
 
 struct decoder_config {
   int64_t n_ctx = 4096;  // tokens of KV pool shared by all sequences (a single sequence may use all of it)
@@ -283,6 +290,12 @@ class decoder {
   // split partials hold for the largest decode group when batch_invariant (every group the same, so a
   // row's splits do not depend on its company), else for this group's rows; at most what -c can use.
   int decode_splits(int64_t n) const;
+  // Rows (tokens x splits) of the attention split partials (attn_batch::split_rows).
+  int64_t attn_split_rows() const;
+  // Whether group g's MoE calls ask for gemm_every_count (a decode group with batch_invariant_gemm), and
+  // whether they take moe_ffn's grouped path (which stages host-resident experts).
+  bool moe_every_count(const group& g) const;
+  bool moe_grouped(const group& g) const;
   status copy_sequence_kv(int seq, std::vector<uint8_t>& blob, bool to_host, int64_t n_tokens) const;
   launch::attn_shape attn_shape() const;
   launch::gdn_shape gdn_shape() const;

@@ -19,7 +19,7 @@ status decoder::expert_counts(std::vector<std::vector<uint64_t>>& out) const {
 
 bool decoder::step_stages() const {
   for (const group& g : groups_)
-    if (g.n > launch::moe_decode_max_tokens) return true;
+    if (moe_grouped(g)) return true;
   return false;
 }
 

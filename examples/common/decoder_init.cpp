@@ -47,7 +47,8 @@ struct buffer_sizes {
   std::optional<kv::kv_pool_shape> kv;     // the KV pool of the full-attention layers
   std::optional<kv::gdn_state_shape> gdn;  // the recurrent slots of the Gated DeltaNet layers
   size_t workspace = 0, a16 = 0, sample_ws = 0;
-  int64_t record = 0;  // int32 entries of the batch record
+  int64_t record = 0;        // int32 entries of the batch record
+  bool moe_grouped = false;  // some MoE layer call may take moe_ffn's grouped path (host experts: staging)
 };
 
 // Rows of a decode group at most (decoder.hpp: batch invariance).
@@ -57,6 +58,13 @@ int64_t decode_group_rows_of(const decoder_config& cfg) {
   return std::min<int64_t>(S, cfg.batch_invariant_gemm ? launch::gemm_i8_invariant_tokens : launch::gemv_max_tokens);
 }
 
+// Attention split partials' rows (attn_batch::split_rows): the default budget, or with batch invariance
+// enough for invariant_attn_splits splits in every row of the largest decode group.
+int64_t attn_split_rows_of(const decoder_config& cfg) {
+  const int64_t rows = cfg.batch_invariant ? decode_group_rows_of(cfg) * invariant_attn_splits : 0;
+  return std::max<int64_t>(launch::attn_split_row_budget, rows);
+}
+
 buffer_sizes sizes_of(const io::model_hparams& h, const decoder_config& cfg) {
   buffer_sizes z;
   const int64_t nb = cfg.n_batch, S = cfg.n_seq_max;
@@ -64,6 +72,9 @@ buffer_sizes sizes_of(const io::model_hparams& h, const decoder_config& cfg) {
   const int n_gdn = int(h.count(models::layer_type::gated_deltanet));
   z.decode_rows = decode_group_rows_of(cfg);
   z.call_rows = std::max(nb, z.decode_rows);
+  // prompt chunks go to the grouped path past 8 rows, decode groups past their MoE decode limit
+  const bool every_count = cfg.batch_invariant && cfg.batch_invariant_gemm;
+  z.moe_grouped = nb > launch::moe_decode_max_tokens || z.decode_rows > launch::moe_decode_limit(every_count);
   z.max_rows = nb + S;
   z.logit_rows = cfg.keep_all_logits ? z.max_rows : S;
   if (n_attn > 0) {
@@ -89,10 +100,12 @@ buffer_sizes sizes_of(const io::model_hparams& h, const decoder_config& cfg) {
   // one workspace for the largest layer call
   const int64_t rows = z.call_rows;
   size_t ws = launch::matmul_workspace_bytes(h.n_embd, rows, h.n_vocab);  // the LM head
-  if (n_attn) ws = std::max(ws, launch::attn_layer_workspace_bytes(attn_shape_of(h), rows, cfg.n_ctx));
+  if (n_attn)
+    ws = std::max(ws, launch::attn_layer_workspace_bytes(attn_shape_of(h), rows, cfg.n_ctx, attn_split_rows_of(cfg)));
   if (n_gdn) ws = std::max(ws, launch::gdn_layer_workspace_bytes(gdn_shape_of(h), rows));
   if (h.count(models::ffn_type::dense)) ws = std::max(ws, launch::dense_ffn_workspace_bytes(ffn_shape_of(h), rows));
-  if (h.count(models::ffn_type::moe)) ws = std::max(ws, launch::moe_workspace_bytes(ffn_shape_of(h), rows));
+  if (h.count(models::ffn_type::moe))
+    ws = std::max(ws, launch::moe_workspace_bytes(ffn_shape_of(h), rows, every_count));
   z.workspace = align_256(ws);
   if (h.n_embd % quant::act16_group_elems == 0)
     z.a16 = quant::act16_bytes(h.n_embd, std::min<int64_t>(rows, launch::gemv_max_tokens));
@@ -114,6 +127,11 @@ status check_record(const buffer_sizes& z, const decoder_config& cfg) {
 }  // namespace
 
 int64_t decoder::decode_group_rows() const { return decode_group_rows_of(cfg_); }
+int64_t decoder::attn_split_rows() const { return attn_split_rows_of(cfg_); }
+bool decoder::moe_every_count(const group& g) const {
+  return g.decode && cfg_.batch_invariant && cfg_.batch_invariant_gemm;
+}
+bool decoder::moe_grouped(const group& g) const { return g.n > launch::moe_decode_limit(moe_every_count(g)); }
 
 const char* to_string(expert_policy p) { return p == expert_policy::lru ? "lru" : "frequency"; }
 
@@ -252,7 +270,7 @@ status decoder::init(const device_model& m, const decoder_config& cfg) {
   expert_looks_ = 0;
   cache_stats_.assign(experts_ ? moe_layers_.size() : 0, {});
   steps_since_rebalance_ = 0;
-  if (experts_ && call_rows > launch::moe_decode_max_tokens)  // (memory_needed() counts it the same way)
+  if (experts_ && z.moe_grouped)  // (memory_needed() counts it the same way)
     Q35_TRY(expert_staging_.allocate(size_t(experts_->staging_bytes(cfg.expert_staging_window))));
   if ((cfg.expert_stats || experts_) && !moe_layers_.empty()) {  // the cache's policy reads the counts
     expert_load_ = std::make_unique<launch::expert_load>();
@@ -288,7 +306,7 @@ status decoder::memory_needed(const io::model_hparams& h, const decoder_config& 
   out.other = uint64_t(z.record) * sizeof(int32_t) + (S + 1) * sizeof(int32_t) + S * sizeof(uint64_t) + z.sample_ws;
   const uint64_t n_moe = h.count(models::ffn_type::moe);
   if ((cfg.expert_stats || expert_staging) && n_moe) out.other += n_moe * h.n_experts * sizeof(uint64_t);
-  if (expert_staging && z.call_rows > launch::moe_decode_max_tokens) out.expert_staging = expert_staging;
+  if (expert_staging && z.moe_grouped) out.expert_staging = expert_staging;
   return status::success();
 }
 

@@ -249,7 +249,8 @@ TEST_CASE("decoder batch: past 8 decoding sequences, batch_invariant keeps every
 }
 
 TEST_CASE("decoder batch: batch_invariant_gemm keeps every row the same in decode groups past 8 rows") {
-  // one decode group of up to 10 rows on the GEMM at every row count; the MoE layers in calls of 8 and 2
+  // one decode group of up to 10 rows on the GEMM at every row count; the MoE layers in one call of
+  // their decode kernels (moe_ffn with gemm_every_count)
   for (const char* gguf : test::q4km_fixtures) check_model(gguf, 12, 12, true);
   // it refines batch_invariant, and says so when that is off
   const auto l = test::load_model(test::q4km_fixtures[0]);
@@ -258,6 +259,46 @@ TEST_CASE("decoder batch: batch_invariant_gemm keeps every row the same in decod
   c.batch_invariant_gemm = true;
   const status st = d.init(l->model, c);
   CHECK(st.to_string().find("batch_invariant_gemm asks for batch_invariant, which is off") != std::string::npos);
+}
+
+// Host-resident experts (one device slot per layer) with batch_invariant_gemm: a decode group of up to
+// 10 rows reads its experts through the index on the decode kernels (in place, zero-copy), so with prompt
+// chunks of at most 8 tokens nothing takes the grouped path: the decoder allocates no staging area (a
+// group on the grouped path would be refused without one), the cache statistics count every selection
+// as a hit or a miss and none as staged, and the logits equal the all-resident run's bit for bit.
+TEST_CASE("decoder batch: batch_invariant_gemm with host-resident experts reads them in place") {
+  const auto l = test::load_model("tiny_moe_q4km.gguf");
+  // prompt chunks of 8 tokens, one per step: generations long enough for most of the 12 to decode together
+  const int64_t n_batch = 8, budget = 8;
+  const auto reqs = make_requests(12, int32_t(l->model.hparams().n_vocab), 9, 30);
+  gen::decoder_config cfg = config(12, n_batch, true, true, true);
+  cfg.n_ctx = 1024;  // 12 sequences of up to ~80 tokens
+  gen::decoder resident;
+  Q35_OK(resident.init(l->model, cfg));
+  const std::vector<trace> want = run(resident, reqs, 12, n_batch, budget);
+  gen::device_model m;
+  Q35_OK(m.load(l->file, l->bound, {}, 1));
+  REQUIRE(m.experts() != nullptr);
+  gen::decoder d;
+  Q35_OK(d.init(m, cfg));
+  CHECK(d.device_memory().expert_staging == 0);
+  int decode_rows = 0;
+  const std::vector<trace> got = run(d, reqs, 12, n_batch, budget, &decode_rows);
+  CHECK(decode_rows > launch::gemv_max_tokens);
+  check_same(want, got, reqs);
+  std::vector<std::vector<uint64_t>> counts;
+  Q35_OK(d.expert_counts(counts));
+  std::vector<gen::expert_cache_stats> cache;
+  Q35_OK(d.expert_cache(cache));
+  REQUIRE(cache.size() == counts.size());
+  for (size_t j = 0; j < cache.size(); ++j) {
+    CAPTURE(j);
+    uint64_t selections = 0;
+    for (const uint64_t c : counts[j]) selections += c;
+    CHECK(selections > 0);
+    CHECK(cache[j].staged == 0);
+    CHECK(cache[j].hits + cache[j].misses == selections);
+  }
 }
 
 TEST_CASE("decoder batch: refused steps name the problem and change nothing") {
