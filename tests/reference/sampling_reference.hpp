@@ -18,23 +18,33 @@ struct sample_ref_params {
   double top_p = 0.95;
   double min_p = 0.05;
   float repeat_penalty = 1.0f;
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
   int repeat_last_n = 64;
 };
 
-// The logits the filters see: l / p (l > 0) or l * p for each distinct id of the window, in float
-// as the device computes them (l / p as l * (1 / p), 1 / p rounded to float).
+// The logits the filters see: for each distinct id of the window, occurring c times there, l / p
+// (l > 0) or l * p, then l - (c * frequency + presence) (llama.cpp's penalties sampler), in float as
+// the device computes them: each operation rounded on its own, l / p as l * (1 / p) with 1 / p rounded
+// to float.
 inline std::vector<float> penalized_logits(const float* logits, int n_vocab, const sample_ref_params& p,
                                            const int32_t* maybe_recent) {
   std::vector<float> l(logits, logits + n_vocab);
-  if (!maybe_recent || p.repeat_penalty == 1.0f) return l;
-  std::vector<char> seen(static_cast<size_t>(n_vocab), 0);
+  if (!maybe_recent || p.repeat_last_n <= 0) return l;
+  if (p.repeat_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f) return l;
+  std::vector<int> count(static_cast<size_t>(n_vocab), 0);
   for (int t = 0; t < p.repeat_last_n; ++t) {
     const int32_t id = maybe_recent[t];
-    if (id < 0 || id >= n_vocab || seen[size_t(id)]) continue;
-    seen[size_t(id)] = 1;
-    const float v = l[size_t(id)];
-    const float inv_p = 1.0f / p.repeat_penalty;
-    l[size_t(id)] = v > 0.0f ? v * inv_p : v * p.repeat_penalty;
+    if (id >= 0 && id < n_vocab) ++count[size_t(id)];
+  }
+  const volatile float inv_p = 1.0f / p.repeat_penalty;  // volatile: each product rounded on its own
+  for (int id = 0; id < n_vocab; ++id) {
+    if (count[size_t(id)] == 0) continue;
+    volatile float v = l[size_t(id)];
+    v = v > 0.0f ? v * inv_p : v * p.repeat_penalty;
+    volatile const float by_count = float(count[size_t(id)]) * p.frequency_penalty;
+    volatile const float offset = by_count + p.presence_penalty;
+    l[size_t(id)] = v - offset;
   }
   return l;
 }

@@ -23,6 +23,8 @@ inline reference::sample_ref_params ref_params(const launch::sampling_params& p)
   r.top_p = p.top_p;
   r.min_p = p.min_p;
   r.repeat_penalty = p.repeat_penalty;
+  r.frequency_penalty = p.frequency_penalty;
+  r.presence_penalty = p.presence_penalty;
   r.repeat_last_n = p.repeat_last_n;
   return r;
 }
@@ -82,6 +84,14 @@ struct sampler {
   uint64_t counter_value() { return to_host(counter)[0]; }
 };
 
+// The probes' penalty table in the shared tail after s (null without a window).
+template <int Threads, class P, class S>
+Q35_DEVICE const ops::sample_penalty* penalty_of(const P& p, S& s, int64_t r) {
+  if (!p.maybe_recent) return nullptr;
+  return ops::build_penalty_table<Threads>(arch::shared_tail<ops::sample_penalty>(s), p.maybe_recent + r * p.window,
+                                           p.window, p.n_vocab, p.cfg.penalty);
+}
+
 // Test kernel: what the kernel's selection decides for each entry (kept, and the draw weight), on
 // the fast path (when it applies) or, with Fast = false, always on the general path.
 template <int Threads, int Capacity, bool Fast>
@@ -110,16 +120,11 @@ struct kept_probe_kernel {
   };
   static dim3 grid(const params& p) { return dim3(unsigned(p.n_rows)); }
   static size_t dynamic_shared_bytes(const params& p) {
-    return p.maybe_recent ? size_t(ops::penalty_words(p.n_vocab)) * 4 : 0;
+    return p.maybe_recent ? ops::sample_penalty::bytes<Threads>(p.n_vocab, p.window, p.cfg.penalty) : 0;
   }
   Q35_DEVICE void operator()(const params& p, shared_storage& s) const {
     const int64_t r = int64_t(arch::block_idx().x);
-    uint32_t* bitmap = nullptr;
-    if (p.maybe_recent) {
-      bitmap = arch::shared_tail<uint32_t>(s);
-      ops::build_penalty_bitmap<Threads>(bitmap, p.maybe_recent + r * p.window, p.window, p.n_vocab);
-    }
-    const ops::sample_row row{p.logits + r * p.n_vocab, bitmap, p.n_vocab, p.cfg.penalty, p.cfg.inv_penalty};
+    const ops::sample_row row{p.logits + r * p.n_vocab, penalty_of<Threads>(p, s, r), p.n_vocab};
     ops::sample_selection sel = ops::selection_of(ops::row_argmax<Threads>(row, s.argmax), p.cfg);
     const bool sampled = sel.sampled(p.cfg);
     ops::for_each_entry<Threads>(row, [&](int i, float) {
@@ -170,7 +175,7 @@ probe_result probe_kept(const std::vector<float>& h_logits, int n_rows, int n_vo
                         const std::vector<int32_t>& h_recent = {}) {
   auto logits = to_device(h_logits);
   device_buffer<int32_t> recent;
-  const bool penalize = !h_recent.empty() && sp.repeat_last_n > 0 && sp.repeat_penalty != 1.0f;
+  const bool penalize = !h_recent.empty() && launch::penalizes(sp);
   if (penalize) recent = to_device(h_recent);
   auto kept = poisoned<uint8_t>(size_t(n_rows) * size_t(n_vocab));
   auto weight = poisoned<uint64_t>(size_t(n_rows) * size_t(n_vocab));

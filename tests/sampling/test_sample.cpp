@@ -82,6 +82,25 @@ TEST_CASE("greedy applies the repetition penalty first (llama.cpp's chain)" * te
   CHECK(s.draw(p)[0] == 2);
 }
 
+TEST_CASE("greedy sees the frequency and presence penalties after the repetition penalty" * test::needs_device()) {
+  std::vector<float> row = {1.0f, 3.0f, 2.5f, -1.0f};
+  launch::sampling_params p{};
+  p.temperature = 0.0f, p.repeat_last_n = 4;
+  test::sampler s(row, 1, 4, {1, 1, 3, -1});
+  p.presence_penalty = 0.4f;  // id 1: 3 - 0.4 = 2.6 > 2.5
+  CHECK(s.draw(p)[0] == 1);
+  p.frequency_penalty = 0.3f;  // id 1 twice: 3 - (2 x 0.3 + 0.4) = 2.0 < 2.5
+  CHECK(s.draw(p)[0] == 2);
+  // a negative frequency penalty favours the window's ids; 7 lies outside the vocabulary (skipped)
+  test::sampler t({2.0f, 3.0f, 2.9f, -1.0f}, 1, 4, {2, 7, 2, 2});
+  p.presence_penalty = 0.0f, p.frequency_penalty = -0.1f;  // id 2: 2.9 + 3 x 0.1 = 3.2 > 3
+  CHECK(t.draw(p)[0] == 2);
+  p.presence_penalty = 0.25f;  // 2.9 - (-0.3 + 0.25) = 2.95 < 3
+  CHECK(t.draw(p)[0] == 1);
+  p.repeat_penalty = 0.9f, p.presence_penalty = 0.0f;  // 2.9 / 0.9 + 0.3 = 3.52
+  CHECK(t.draw(p)[0] == 2);
+}
+
 TEST_CASE("rows without a finite maximum return the greedy id even when sampling" * test::needs_device()) {
   std::vector<float> rows = {NAN, NAN, NAN, -INFINITY, NAN, -INFINITY, 0.0f, INFINITY, 1.0f, INFINITY};
   test::sampler s(rows, 2, 5);
@@ -124,6 +143,10 @@ std::vector<draw_case> draw_cases() {
   add(
       "penalty 1.4 on ids 0-3, top_k 20", [](auto& p) { p.repeat_penalty = 1.4f, p.repeat_last_n = 6, p.top_k = 20; },
       [](auto& p) { p.repeat_penalty = 1.0f; });
+  add(
+      "frequency 0.5 + presence 0.5 on ids 0-3 (id 1 twice), top_k 20",
+      [](auto& p) { p.frequency_penalty = 0.5f, p.presence_penalty = 0.5f, p.repeat_last_n = 6, p.top_k = 20; },
+      [](auto& p) { p.frequency_penalty = 0.0f; });
   return c;
 }
 
@@ -141,7 +164,7 @@ TEST_CASE("draws follow the exact distribution (chi-square, alpha = 1e-4); a wro
     for (const draw_case& c : draw_cases()) {
       CAPTURE(fast);
       CAPTURE(std::string(c.name));
-      const bool penalty = c.p.repeat_penalty != 1.0f;
+      const bool penalty = launch::penalizes(c.p);
       test::sampler s(repeat_rows(row, n_rows), n_rows, n_vocab, penalty ? recent : std::vector<int32_t>{});
       launch::sampling_params p = c.p;
       p.seed = 0x5eed0001;
@@ -252,6 +275,21 @@ TEST_CASE("validate names the bad value") {
   CHECK(message([](auto& a) { a.params.repeat_penalty = -2.0f; }).find("repeat_penalty = -2.000000") !=
         std::string::npos);
   CHECK(message([](auto& a) { a.params.repeat_last_n = -1; }).find("repeat_last_n = -1") != std::string::npos);
+  CHECK(message([](auto& a) { a.params.frequency_penalty = NAN; }) ==
+        "launch::sample: frequency_penalty = nan is not a finite number (0 turns it off)");
+  CHECK(message([](auto& a) { a.params.presence_penalty = INFINITY; }).find("presence_penalty = inf") !=
+        std::string::npos);
+  const auto recent = reinterpret_cast<const int32_t*>(16);
+  CHECK(message([&](auto& a) {
+          a.maybe_recent = recent, a.params.presence_penalty = 1.5f, a.params.repeat_last_n = 4097;
+        }) == "launch::sample: repeat_last_n = 4097 exceeds 4096, the longest window the penalties read");
+  CHECK(message([&](auto& a) {
+          a.maybe_recent = recent, a.params.repeat_penalty = 1.1f, a.params.repeat_last_n = 4096;
+        }).empty());
+  CHECK(message([&](auto& a) { a.maybe_recent = recent, a.params.repeat_last_n = 100000; }).empty());  // no penalty on
+  CHECK(message([](auto& a) {
+          a.params.presence_penalty = 1.5f, a.params.repeat_last_n = 100000;
+        }).empty());  // no window
   CHECK(message([](auto& a) { a.n_vocab = 262145; }).find("n_vocab = 262145 is outside 1..262144") !=
         std::string::npos);
   CHECK(message([](auto& a) { a.n_vocab = 0; }).find("n_vocab = 0") != std::string::npos);

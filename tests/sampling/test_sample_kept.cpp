@@ -90,6 +90,16 @@ std::vector<named_params> filter_cases() {
     p = launch::sampling_params{};
     p.repeat_penalty = 0.7f, p.repeat_last_n = 24;
   });
+  // Qwen3.5's recommended presence penalty, and counted (frequency) penalties, one negative
+  add("presence 1.5 + defaults", [](auto& p) {
+    p = launch::sampling_params{};
+    p.presence_penalty = 1.5f, p.repeat_last_n = 32;
+  });
+  add("frequency 0.4 + presence 0.3, T 1.2", [](auto& p) {
+    p.temperature = 1.2f, p.frequency_penalty = 0.4f, p.presence_penalty = 0.3f, p.repeat_last_n = 48;
+  });
+  add("penalty 1.1 + frequency -0.3 + top_k 20",
+      [](auto& p) { p.top_k = 20, p.repeat_penalty = 1.1f, p.frequency_penalty = -0.3f, p.repeat_last_n = 40; });
   return c;
 }
 
@@ -165,8 +175,8 @@ TEST_CASE("select_kept: each filter alone and combined equals the float64 kept s
           const int n_rows = 3;
           const uint64_t seed = uint64_t(n_vocab) * 131 + uint64_t(kind) * 7 + 1;
           const auto logits = make_logits(n_rows, n_vocab, kind, seed);
-          const auto recent = c.p.repeat_penalty != 1.0f ? make_recent(n_rows, c.p.repeat_last_n, n_vocab, seed + 5)
-                                                         : std::vector<int32_t>{};
+          const auto recent = launch::penalizes(c.p) ? make_recent(n_rows, c.p.repeat_last_n, n_vocab, seed + 5)
+                                                     : std::vector<int32_t>{};
           within_tol += compare_rows(logits, n_rows, n_vocab, c.p, recent, fast, &n_fast);
           compared += n_rows;
         }
@@ -195,14 +205,19 @@ TEST_CASE("select_kept under every sim thread order" * test::needs_device()) {
 TEST_CASE("select_kept: a 248,320-entry row (Qwen3.5's vocabulary)" * test::needs_device()) {
   const int n_vocab = 248320;
   const auto logits = make_logits(1, n_vocab, logit_kind::spread, 7);
-  for (const char* name : {"defaults", "top_k 0 + top_p 0.9", "min_p 0.02 alone", "penalty + top_k 1000"}) {
+  for (const char* name :
+       {"defaults", "top_k 0 + top_p 0.9", "min_p 0.02 alone", "penalty + top_k 1000", "frequency + presence"}) {
     CAPTURE(std::string(name));
     launch::sampling_params p{};
     std::vector<int32_t> recent;
     if (std::string(name) == "top_k 0 + top_p 0.9") p.top_k = 0, p.top_p = 0.9f, p.min_p = 0.0f;
     if (std::string(name) == "min_p 0.02 alone") p = test::plain_params(), p.min_p = 0.02f;
-    if (std::string(name) == "penalty + top_k 1000") {
-      p.top_k = 1000, p.repeat_penalty = 1.3f, p.repeat_last_n = 64;
+    const bool penalty = std::string(name) == "penalty + top_k 1000" || std::string(name) == "frequency + presence";
+    if (std::string(name) == "penalty + top_k 1000") p.top_k = 1000, p.repeat_penalty = 1.3f;
+    if (std::string(name) == "frequency + presence")
+      p.top_k = 20, p.frequency_penalty = 0.5f, p.presence_penalty = 1.5f;
+    if (penalty) {
+      p.repeat_last_n = 64;
       recent = make_recent(1, 64, n_vocab, 8);
       // and the ten largest logits, so that the penalty changes the top of the order
       std::vector<int32_t> ids(static_cast<size_t>(n_vocab));
@@ -210,6 +225,9 @@ TEST_CASE("select_kept: a 248,320-entry row (Qwen3.5's vocabulary)" * test::need
       std::partial_sort(ids.begin(), ids.begin() + 10, ids.end(),
                         [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
       std::copy(ids.begin(), ids.begin() + 10, recent.begin() + 20);
+      // counted: the top three twice more
+      if (p.frequency_penalty != 0.0f) std::copy(ids.begin(), ids.begin() + 3, recent.begin() + 40);
+      if (p.frequency_penalty != 0.0f) std::copy(ids.begin(), ids.begin() + 3, recent.begin() + 50);
     }
     int n_fast = 0;
     const int within_tol = compare_rows(logits, 1, n_vocab, p, recent, true, &n_fast);

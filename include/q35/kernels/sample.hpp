@@ -7,7 +7,8 @@
 // Capacity sorted candidates) or, when no filter bounds the kept set or the window is too large,
 // the general path (radix passes of top-k and top-p, a weighted pass for the draw). Shared memory:
 // the candidate list (8 B x Capacity) overlaid with the radix histograms (24 KB), plus, with a
-// repetition penalty, a bitmap of the penalised ids (n_vocab bits).
+// penalty, the table of the window's distinct ids and counts (ops/sampling_penalty.hpp: 1.25 bits per
+// vocabulary entry and 4 bytes per window id; the passes skip those ids and visit them afterwards).
 #pragma once
 
 #include <cstdint>
@@ -33,7 +34,8 @@ struct sample_kernel {
   struct params {
     const float* logits;          // [n_rows, n_vocab], row-major; not modified
     int32_t* out_ids;             // [n_rows]
-    const int32_t* maybe_recent;  // [n_rows, window] previous ids (-1: empty), or null: no penalty
+    const int32_t* maybe_recent;  // [n_rows, window] previous ids (-1: empty), or null: no penalty; when
+                                  // set, 0 < window <= ops::sample_max_window and cfg.penalty.any()
     uint64_t* maybe_rng_counter;  // [1]: (calls << 32) | arrivals; null only when greedy
     int64_t n_rows;
     int n_vocab;
@@ -52,7 +54,7 @@ struct sample_kernel {
 
   static dim3 grid(const params& p) { return dim3(unsigned(p.n_rows)); }
   static size_t dynamic_shared_bytes(const params& p) {
-    return p.maybe_recent ? size_t(ops::penalty_words(p.n_vocab)) * sizeof(uint32_t) : 0;
+    return p.maybe_recent ? ops::sample_penalty::bytes<Threads>(p.n_vocab, p.window, p.cfg.penalty) : 0;
   }
 
   Q35_DEVICE void operator()(const params& p, shared_storage& s) const {
@@ -66,12 +68,11 @@ struct sample_kernel {
       if (int64_t(old & 0xffffffffu) == p.n_rows - 1)
         arch::atomic_add(p.maybe_rng_counter, (uint64_t(1) << 32) - uint64_t(p.n_rows));
     }
-    uint32_t* bitmap = nullptr;
-    if (p.maybe_recent) {
-      bitmap = arch::shared_tail<uint32_t>(s);
-      ops::build_penalty_bitmap<Threads>(bitmap, p.maybe_recent + r * p.window, p.window, p.n_vocab);
-    }
-    const ops::sample_row row{p.logits + r * p.n_vocab, bitmap, p.n_vocab, p.cfg.penalty, p.cfg.inv_penalty};
+    const ops::sample_penalty* penalty = nullptr;
+    if (p.maybe_recent)
+      penalty = ops::build_penalty_table<Threads>(arch::shared_tail<ops::sample_penalty>(s),
+                                                  p.maybe_recent + r * p.window, p.window, p.n_vocab, p.cfg.penalty);
+    const ops::sample_row row{p.logits + r * p.n_vocab, penalty, p.n_vocab};
     ops::sample_selection sel = ops::selection_of(ops::row_argmax<Threads>(row, s.argmax), p.cfg);
     if (!sel.sampled(p.cfg)) {
       if (arch::thread_rank() == 0) p.out_ids[r] = sel.argmax;

@@ -25,9 +25,19 @@ struct sampling_params {
   float top_p = 0.95f;          // 1: off; in (0, 1]
   float min_p = 0.05f;          // 0: off; in [0, 1]
   float repeat_penalty = 1.0f;  // 1: off; > 0: logit > 0 ? logit / p : logit * p, once per distinct id in the window
-  int repeat_last_n = 64;       // ids of the window per row (the width of maybe_recent)
+  // After it, logit -= count * frequency_penalty + presence_penalty for each distinct id of the window
+  // (count: its occurrences there): llama.cpp's penalty_freq and penalty_present. 0: off; finite.
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
+  int repeat_last_n = 64;  // ids of the window per row (the width of maybe_recent); at most
+                           // ops::sample_max_window when a penalty is on
   uint64_t seed = 0;
 };
+
+// Whether the parameters penalise the ids of a window, i.e. whether sample() reads maybe_recent.
+inline bool penalizes(const sampling_params& p) {
+  return p.repeat_last_n > 0 && (p.repeat_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f);
+}
 
 struct sample_args {
   const float* logits = nullptr;  // [n_rows, n_vocab] device, row-major; not modified
@@ -80,7 +90,16 @@ inline status validate(const sample_args& a) {
   if (!(p.repeat_penalty > 0.0f) || std::isinf(p.repeat_penalty))
     return bad_sample_arg("repeat_penalty = " + float_str(p.repeat_penalty) +
                           " is not a positive finite number (1 turns it off)");
+  if (!std::isfinite(p.frequency_penalty))
+    return bad_sample_arg("frequency_penalty = " + float_str(p.frequency_penalty) +
+                          " is not a finite number (0 turns it off)");
+  if (!std::isfinite(p.presence_penalty))
+    return bad_sample_arg("presence_penalty = " + float_str(p.presence_penalty) +
+                          " is not a finite number (0 turns it off)");
   if (p.repeat_last_n < 0) return bad_sample_arg("repeat_last_n = " + str(p.repeat_last_n) + " is negative");
+  if (a.maybe_recent && penalizes(p) && p.repeat_last_n > ops::sample_max_window)
+    return bad_sample_arg("repeat_last_n = " + str(p.repeat_last_n) + " exceeds " + str(ops::sample_max_window) +
+                          ", the longest window the penalties read");
   if (a.workspace_bytes < sample_workspace_bytes(a.n_rows, a.n_vocab))
     return bad_sample_arg("workspace_bytes = " + str(a.workspace_bytes) + " is below the " +
                           str(sample_workspace_bytes(a.n_rows, a.n_vocab)) + " needed");
@@ -102,8 +121,10 @@ inline ops::sample_config sample_config_of(const sampling_params& p, int n_vocab
   c.log_min_p = c.use_min_p ? float(std::log(double(p.min_p))) : 0.0f;
   c.temperature = p.temperature;
   c.inv_temperature = c.greedy ? 1.0f : 1.0f / p.temperature;
-  c.penalty = p.repeat_penalty;
-  c.inv_penalty = 1.0f / p.repeat_penalty;
+  c.penalty.repeat = p.repeat_penalty;
+  c.penalty.inv_repeat = 1.0f / p.repeat_penalty;
+  c.penalty.frequency = p.frequency_penalty;
+  c.penalty.presence = p.presence_penalty;
   c.seed_lo = uint32_t(p.seed);
   c.seed_hi = uint32_t(p.seed >> 32);
   return c;
@@ -132,7 +153,7 @@ template <class Shape, bool FastPath = true>
 status run_sample(const sample_args& a, stream_t stream) {
   using kernel = kernels::sample_kernel<Shape::threads, Shape::capacity, FastPath>;
   const sampling_params& sp = a.params;
-  const bool penalize = a.maybe_recent && sp.repeat_last_n > 0 && sp.repeat_penalty != 1.0f;
+  const bool penalize = a.maybe_recent && penalizes(sp);
   const typename kernel::params p{
       a.logits,  a.out_ids,        penalize ? a.maybe_recent : nullptr, a.rng_counter, int64_t(a.n_rows),
       a.n_vocab, sp.repeat_last_n, sample_config_of(sp, a.n_vocab)};

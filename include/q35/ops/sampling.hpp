@@ -1,6 +1,7 @@
 // ops/sampling.hpp: the pieces every sampling step shares: the filter settings as the device sees
-// them, the total order of a row's entries (a 50-bit key), fixed-point weights, the repetition
-// penalty through a shared bitmap, and the block's walk over a row.
+// them, the total order of a row's entries (a 50-bit key), fixed-point weights, the row as the
+// filters see it (penalised through the shared table of sampling_penalty.hpp), and the block's walk
+// over a row.
 #pragma once
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "q35/core/config.hpp"
 #include "q35/core/numeric.hpp"
 #include "q35/core/vec.hpp"
+#include "q35/ops/sampling_penalty.hpp"
 
 namespace q35::ops {
 
@@ -34,9 +36,8 @@ struct sample_config {
   bool use_min_p = false;  // min_p > 0
   float log_min_p = 0.0f;  // log(min_p), rounded once on the host
   float temperature = 1.0f;
-  float inv_temperature = 1.0f;  // 1 / temperature, rounded once (the device multiplies: no division)
-  float penalty = 1.0f;          // repeat penalty (1: off)
-  float inv_penalty = 1.0f;      // 1 / penalty, rounded once
+  float inv_temperature = 1.0f;   // 1 / temperature, rounded once (the device multiplies: no division)
+  sample_penalty_config penalty;  // repetition, frequency and presence penalties
   uint32_t seed_lo = 0, seed_hi = 0;
 };
 
@@ -59,24 +60,15 @@ Q35_DEVICE uint64_t fixed_weight(float x) {
   return e > 0.0f ? uint64_t(e * sample_fixed_one) : uint64_t(0);
 }
 
-// The penalised logit: l / p for l > 0 (as l * (1 / p), 1 / p rounded to float once), else l * p
-// (llama.cpp's repetition penalty).
-Q35_HOST_DEVICE float penalized(float l, float p, float inv_p) { return l > 0.0f ? l * inv_p : l * p; }
-
-// One row's logits as the filters see them: the stored value, penalised for the ids set in the
-// shared bitmap (bit i % 32 of word i / 32), when there is one.
+// One row's logits as the filters see them: the stored values, and for the ids of the shared penalty
+// table, when there is one, their penalised values instead.
 struct sample_row {
-  const float* logits;              // [n_vocab]
-  const uint32_t* maybe_penalized;  // [ceil(n_vocab / 32)] shared bitmap, or null
+  const float* logits;                  // [n_vocab]
+  const sample_penalty* maybe_penalty;  // shared table (build_penalty_table), or null
   int n_vocab;
-  float penalty, inv_penalty;
 
-  // Entry i whose stored value is l.
-  Q35_DEVICE float value(int i, float l) const {
-    if (maybe_penalized && (maybe_penalized[i >> 5] >> (i & 31) & 1u)) return penalized(l, penalty, inv_penalty);
-    return l;
-  }
-  Q35_DEVICE float logit(int i) const { return value(i, logits[i]); }
+  // Whether entry i's value comes from the penalty table (visit_entries visits it there).
+  Q35_DEVICE bool in_table(int i) const { return maybe_penalty && maybe_penalty->has(i); }
 };
 
 // 16-byte groups of a row each thread loads before using any: 4 x 16 B x 1024 threads = 64 KB in
@@ -84,7 +76,9 @@ struct sample_row {
 inline constexpr int sample_groups_in_flight = 4;
 
 // Visits every entry of the row, f(i, l, valid), with the same number of calls on every thread
-// (f may use warp collectives; entries with valid = false are padding, i and l meaningless).
+// (f may use warp collectives; entries with valid = false are padding, i and l meaningless). Entries
+// of the penalty table are skipped in the pass over the row and visited after it with their penalised
+// values.
 // Thread t owns groups of 4 entries g = t + Threads * j (16-byte loads when the row is 16-byte
 // aligned; single entries otherwise), then the last n_vocab % 4 entries; each thread sees its
 // entries in one fixed order, the order in which the draw accumulates weights.
@@ -95,6 +89,7 @@ Q35_DEVICE void visit_entries(const sample_row& row, F&& f) {
   const bool vector = (reinterpret_cast<uintptr_t>(row.logits) & 15u) == 0;
   const int width = vector ? 4 : 1;  // entries per group
   const int n_groups = vector ? row.n_vocab >> 2 : row.n_vocab;
+  const uint32_t* bits = row.maybe_penalty ? row.maybe_penalty->bitmap() : nullptr;
   for (int base = 0; base < n_groups; base += u_max * Threads) {
     vec<float, 4> v[u_max] = {};
     Q35_UNROLL
@@ -111,19 +106,31 @@ Q35_DEVICE void visit_entries(const sample_row& row, F&& f) {
     for (int u = 0; u < u_max; ++u) {
       if (base + u * Threads >= n_groups) break;  // the same on every thread
       const int g = base + u * Threads + t;
+      // the group's bits of the penalty table (one word holds them: a group is 1 or 4 entries from a
+      // multiple of 4): its entries there are visited after the row
+      const uint32_t in_table = bits && g < n_groups ? bits[(g * width) >> 5] >> ((g * width) & 31) : 0u;
       Q35_UNROLL
       for (int e = 0; e < 4; ++e) {
         if (e >= width) break;
         const int i = g * width + e;
-        const bool valid = g < n_groups;
-        f(i, valid ? row.value(i, v[u][e]) : 0.0f, valid);
+        const bool valid = g < n_groups && !(in_table >> e & 1u);
+        f(i, valid ? v[u][e] : 0.0f, valid);
       }
     }
   }
   if (n_groups * width < row.n_vocab) {  // the same on every thread: < 4 entries left
     const int i = n_groups * width + t;
-    const bool valid = i < row.n_vocab;
-    f(i, valid ? row.logit(i) : 0.0f, valid);
+    const bool valid = i < row.n_vocab && !row.in_table(i);
+    f(i, valid ? row.logits[i] : 0.0f, valid);
+  }
+  if (row.maybe_penalty) {  // the penalised entries: thread t takes entries t, t + Threads, ...
+    const sample_penalty& p = *row.maybe_penalty;
+    for (int j0 = 0; j0 < p.n_ids; j0 += Threads) {  // the same on every thread
+      const int j = j0 + t;
+      const bool valid = j < p.n_ids;
+      const int i = valid ? p.id(j) : 0;
+      f(i, valid ? p.value(j, row.logits[i]) : 0.0f, valid);
+    }
   }
 }
 
@@ -133,31 +140,6 @@ Q35_DEVICE void for_each_entry(const sample_row& row, F&& f) {
   visit_entries<Threads>(row, [&](int i, float l, bool valid) {
     if (valid) f(i, l);
   });
-}
-
-// Words of the penalty bitmap for n_vocab ids.
-Q35_HOST_DEVICE int penalty_words(int n_vocab) { return (n_vocab + 31) / 32; }
-
-// Builds the bitmap of the distinct ids in recent[0, window) (ids outside [0, n_vocab) and -1 are
-// skipped). Ends with a block barrier.
-template <int Threads>
-Q35_DEVICE void build_penalty_bitmap(uint32_t* bitmap, const int32_t* recent, int window, int n_vocab) {
-  const int words = penalty_words(n_vocab);
-  for (int w = arch::thread_rank(); w < words; w += Threads) bitmap[w] = 0u;
-  arch::sync_block();
-  for (int t = arch::thread_rank(); t < window; t += Threads) {
-    const int32_t id = recent[t];
-    if (id < 0 || id >= n_vocab) continue;
-    // bitmap[id / 32] |= bit, as a compare-and-swap loop (duplicates set the bit once)
-    const uint32_t bit = 1u << (id & 31);
-    uint32_t old = 0u;
-    while (!(old & bit)) {
-      const uint32_t seen = arch::atomic_cas(bitmap + (id >> 5), old, old | bit);
-      if (seen == old) break;
-      old = seen;
-    }
-  }
-  arch::sync_block();
 }
 
 }  // namespace q35::ops

@@ -15,6 +15,7 @@
 #include "q35/core/numeric.hpp"
 #include "q35/ops/philox.hpp"
 #include "q35/ops/sampling.hpp"
+#include "q35/ops/sampling_scan.hpp"
 #include "q35/ops/sampling_select.hpp"
 
 namespace q35::ops {
@@ -35,14 +36,6 @@ Q35_DEVICE float key_value(uint32_t k) { return bits_float((k & 0x80000000u) ? (
 Q35_DEVICE float sort_key_value(uint64_t key) { return key_value(uint32_t(key >> sample_id_bits)); }
 Q35_DEVICE int sort_key_id(uint64_t key) { return sample_max_vocab - 1 - int(key & (sample_max_vocab - 1)); }
 
-Q35_DEVICE int popcount(uint32_t x) {
-#if Q35_DEVICE_PASS
-  return __popc(x);
-#else
-  return __builtin_popcount(x);
-#endif
-}
-
 template <int Threads, int Capacity>
 struct sample_candidate_storage {
   static_assert((Capacity & (Capacity - 1)) == 0 && Capacity % Threads == 0, "Capacity: a power of two, >= Threads");
@@ -56,22 +49,6 @@ struct sample_candidate_storage {
   int n_filled;                              // compaction cursor
   int cut;                                   // a crossing found by a scan
 };
-
-// Exclusive and total sums of `own` over the threads of the block, in thread order. Ends with a
-// barrier after which warp_total may be rewritten only past another barrier.
-template <int Threads>
-Q35_DEVICE void block_exclusive_sum(uint64_t own, uint64_t* warp_total, uint64_t& before, uint64_t& total) {
-  const uint64_t incl = warp_inclusive_sum(own);
-  if (arch::lane_id() == warp_size - 1) warp_total[arch::warp_id()] = incl;
-  arch::sync_block();
-  before = incl - own;
-  total = 0;
-  Q35_UNROLL
-  for (int w = 0; w < Threads / warp_size; ++w) {
-    if (w < arch::warp_id()) before += warp_total[w];
-    total += warp_total[w];
-  }
-}
 
 namespace detail {
 

@@ -12,6 +12,7 @@
 #include "q35/block/reduce.hpp"
 #include "q35/core/config.hpp"
 #include "q35/ops/sampling.hpp"
+#include "q35/ops/sampling_scan.hpp"
 #include "q35/warp/reduce.hpp"
 #include "q35/warp/top_k.hpp"
 
@@ -22,26 +23,6 @@ inline constexpr int sample_digit_bits = 11;
 inline constexpr int sample_bins = 1 << sample_digit_bits;
 // Warp 0 scans the bins from the top, 64 consecutive digits per lane.
 inline constexpr int sample_bins_per_lane = sample_bins / warp_size;
-
-// Sum of v over lanes 0..lane (shfl_up ladder).
-template <class T>
-Q35_DEVICE T warp_inclusive_sum(T v) {
-  const int lane = arch::lane_id();
-  Q35_UNROLL
-  for (int d = 1; d < warp_size; d *= 2) {
-    const T u = arch::shfl_up(v, d);
-    if (lane >= d) v += u;
-  }
-  return v;
-}
-
-Q35_DEVICE int lowest_set_bit(uint32_t x) {  // x != 0
-#if Q35_DEVICE_PASS
-  return __ffs(int(x)) - 1;
-#else
-  return __builtin_ctz(x);
-#endif
-}
 
 // The smallest fixed-point mass that reaches the fraction p of z: ceil(p z), within [1, z].
 Q35_HOST_DEVICE uint64_t mass_target(float p, uint64_t z) {
