@@ -375,7 +375,11 @@ status decoder::sample(std::span<const seq_sample> requests, std::vector<int32_t
     if (seqs_[size_t(r.seq)].logits_row < 0)
       return error(status_code::invalid_argument,
                    "decoder: sample() of sequence " + std::to_string(r.seq) + " before any eval()");
-    if (r.params.repeat_last_n > 0 && r.params.repeat_penalty != 1.0f) ring_total += size_t(r.params.repeat_last_n);
+    if (launch::penalizes(r.params) && r.params.repeat_last_n > ops::sample_max_window)
+      return error(status_code::invalid_argument,
+                   "decoder::sample: repeat_last_n = " + std::to_string(r.params.repeat_last_n) + " exceeds " +
+                       std::to_string(ops::sample_max_window) + " tokens");
+    if (launch::penalizes(r.params)) ring_total += size_t(r.params.repeat_last_n);
   }
   stream_t s = stream();
   if (ring_total > 0) {
@@ -383,7 +387,7 @@ status decoder::sample(std::span<const seq_sample> requests, std::vector<int32_t
     if (recent_host_.size() < ring_total) Q35_TRY(recent_host_.allocate(ring_total));
     size_t off = 0;
     for (const seq_sample& r : requests) {
-      if (r.params.repeat_last_n <= 0 || r.params.repeat_penalty == 1.0f) continue;
+      if (!launch::penalizes(r.params)) continue;
       for (int i = 0; i < r.params.repeat_last_n; ++i)
         recent_host_[off + size_t(i)] = size_t(i) < r.recent.size() ? r.recent[r.recent.size() - 1 - size_t(i)] : -1;
       off += size_t(r.params.repeat_last_n);
@@ -396,7 +400,7 @@ status decoder::sample(std::span<const seq_sample> requests, std::vector<int32_t
     launch::sample_args a;
     a.logits = logits_.data() + seqs_[size_t(r.seq)].logits_row * int64_t(nv);
     a.n_rows = 1, a.n_vocab = nv, a.params = r.params;
-    const bool ring = r.params.repeat_last_n > 0 && r.params.repeat_penalty != 1.0f;
+    const bool ring = launch::penalizes(r.params);
     a.maybe_recent = ring ? recent_.data() + off : nullptr;
     if (ring) off += size_t(r.params.repeat_last_n);
     if (!a.maybe_recent) a.params.repeat_last_n = 0;

@@ -290,6 +290,29 @@ TEST_CASE("decoder: a decode step is one upload (also on a new page), one downlo
   CHECK(sampled.h2d_copies == 1);
   CHECK(sampled.d2h_copies == 1);
   CHECK(sampled.synchronizations == 1);
+  // frequency and presence penalties over a window of the history with the unpenalised top token
+  // appended three times: the greedy id of the logits penalised here on the host (llama.cpp's
+  // formula, a count per id)
+  launch::sampling_params fp = greedy();
+  fp.frequency_penalty = 0.75f, fp.presence_penalty = 1.5f, fp.repeat_last_n = 64;
+  std::vector<float> row;
+  Q35_OK(d.last_logits(0, row));
+  const int plain = int(std::max_element(row.begin(), row.end()) - row.begin());
+  std::vector<int32_t> hist = d.tokens();
+  hist.insert(hist.end(), 3, plain);
+  std::vector<int> count(row.size(), 0);
+  for (size_t t = hist.size() > 64 ? hist.size() - 64 : 0; t < hist.size(); ++t) ++count[size_t(hist[t])];
+  int want = 0;
+  for (size_t i = 0; i < row.size(); ++i) {
+    if (count[i]) row[i] = row[i] - (float(count[i]) * fp.frequency_penalty + fp.presence_penalty);
+    if (row[i] > row[size_t(want)]) want = int(i);
+  }
+  Q35_OK(d.sample(fp, hist, id));
+  CHECK(id == want);
+  CHECK(want != plain);  // the penalties changed the choice
+  fp.repeat_last_n = 4097;
+  const status too_long = d.sample(fp, d.tokens(), id);
+  CHECK(too_long.message() == "decoder::sample: repeat_last_n = 4097 exceeds 4096 tokens");
 }
 
 // A decode step's graph is recorded once, for the step after the prompt, and replayed while the

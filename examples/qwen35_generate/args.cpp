@@ -157,6 +157,16 @@ const std::vector<flag>& flags() {
       {{"--repeat-penalty"},
        "X",
        [](options& o, const std::string& n, const std::string& v) { o.repeat_penalty = parse_float(n, v, 1e-6, 1e6); }},
+      {{"--presence-penalty"},
+       "X",
+       [](options& o, const std::string& n, const std::string& v) {
+         o.presence_penalty = parse_float(n, v, -100.0, 100.0);
+       }},
+      {{"--frequency-penalty"},
+       "X",
+       [](options& o, const std::string& n, const std::string& v) {
+         o.frequency_penalty = parse_float(n, v, -100.0, 100.0);
+       }},
       {{"--repeat-last-n"},
        "N",
        [](options& o, const std::string& n, const std::string& v) { o.repeat_last_n = int(parse_int(n, v, 0, 4096)); }},
@@ -351,7 +361,11 @@ std::string usage(const std::string& program) {
          "  --top-p P              top-p (default 0.95; 1 = off)\n"
          "  --min-p P              min-p (default 0.05; 0 = off)\n"
          "  --repeat-penalty X     repetition penalty (default 1.0 = off)\n"
-         "  --repeat-last-n N      tokens the penalty looks back (default 64)\n"
+         "  --presence-penalty X   subtracted once from each token of the window (default 0 = off;\n"
+         "                         Qwen3.5's card suggests 1.5 against endless repetition)\n"
+         "  --frequency-penalty X  subtracted per occurrence in the window (default 0 = off)\n"
+         "  --repeat-last-n N      tokens the penalties look back, prompt included (default 64, at\n"
+         "                         most 4096)\n"
          "  -s, --seed N           sampling seed (default -1: from the clock)\n"
          "  -ctk, -ctv TYPE        KV cache element type for K / V: f32, f16 (default), bf16\n"
          "  --dump-logits FILE     little-endian float32 logits rows: every prompt position, then every\n"

@@ -37,6 +37,8 @@ struct options {
   float top_p = 0.95f;                // --top-p; 1 = off
   float min_p = 0.05f;                // --min-p; 0 = off
   float repeat_penalty = 1.0f;        // --repeat-penalty; 1 = off
+  float presence_penalty = 0.0f;      // --presence-penalty; 0 = off
+  float frequency_penalty = 0.0f;     // --frequency-penalty; 0 = off
   int repeat_last_n = 64;             // --repeat-last-n
   std::optional<uint64_t> seed;       // --seed; default: from the clock
   kv_cache_type cache_type_k = kv_cache_type::f16;  // -ctk

@@ -67,6 +67,8 @@ class session {
     params_.top_p = opt.top_p;
     params_.min_p = opt.min_p;
     params_.repeat_penalty = opt.repeat_penalty;
+    params_.presence_penalty = opt.presence_penalty;
+    params_.frequency_penalty = opt.frequency_penalty;
     params_.repeat_last_n = opt.repeat_last_n;
     params_.seed = opt.seed ? *opt.seed : uint64_t(std::chrono::system_clock::now().time_since_epoch().count());
     if (!opt.dump_logits_path.empty()) {

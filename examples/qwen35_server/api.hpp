@@ -8,8 +8,9 @@
 //   parallel_tool_calls, logit_bias ({} only), logprobs (false only), top_logprobs (0 only).
 //   Unknown message fields are rejected the same way, except refusal and annotations (clients echo
 //   them back from earlier responses). An explicit null counts as absent everywhere.
-// - presence_penalty and frequency_penalty are range-checked ([-2, 2]) and ignored: the sampler has
-//   only llama.cpp's repetition penalty (repetition_penalty, over the last 64 tokens).
+// - presence_penalty and frequency_penalty ([-2, 2], OpenAI's range) and repetition_penalty apply
+//   as llama-server applies them: over the request's last 64 tokens, prompt included (llama.cpp's
+//   penalties sampler; vLLM counts only the generated tokens for the first two).
 // - tool_choice: "auto" (the default) is honoured; "none" leaves the tools out of the prompt and the
 //   output unparsed; "required" and a named function need constrained decoding and get a 400.
 //   parallel_tool_calls is accepted and ignored (every call the model writes is returned).
@@ -46,11 +47,13 @@ struct api_limits {
 
 // The fields of q35::launch::sampling_params with OpenAI's defaults (not llama.cpp's).
 struct sampling_options {
-  float temperature = 1.0f;     // <= 0: greedy
-  int top_k = 0;                // 0: off
-  float top_p = 1.0f;           // 1: off
-  float min_p = 0.0f;           // 0: off
-  float repeat_penalty = 1.0f;  // 1: off
+  float temperature = 1.0f;        // <= 0: greedy
+  int top_k = 0;                   // 0: off
+  float top_p = 1.0f;              // 1: off
+  float min_p = 0.0f;              // 0: off
+  float repeat_penalty = 1.0f;     // 1: off
+  float frequency_penalty = 0.0f;  // 0: off
+  float presence_penalty = 0.0f;   // 0: off
   int repeat_last_n = 64;
   std::optional<uint64_t> seed;  // none: the server picks one
 };

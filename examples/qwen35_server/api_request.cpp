@@ -299,8 +299,8 @@ void common_fields(const json& body, const api_limits& limits, sampling_options&
   s.top_k = int(std::max<int64_t>(0, get_int(body, "", "top_k", -1, 1 << 30).value_or(0)));  // -1: off (vLLM)
   s.min_p = get_number(body, "min_p", 0, 1).value_or(s.min_p);
   s.repeat_penalty = get_number(body, "repetition_penalty", 0, INFINITY, /*lo_open=*/true).value_or(1.0f);
-  get_number(body, "presence_penalty", -2, 2);  // accepted, ignored (api.hpp)
-  get_number(body, "frequency_penalty", -2, 2);
+  s.presence_penalty = get_number(body, "presence_penalty", -2, 2).value_or(0.0f);
+  s.frequency_penalty = get_number(body, "frequency_penalty", -2, 2).value_or(0.0f);
   if (const json* seed = get(body, "seed")) {
     if (!seed->is_number_integer()) wrong_type("seed", "an integer", *seed);
     // -1 asks for a random seed (llama.cpp's convention); other values are taken modulo 2^64

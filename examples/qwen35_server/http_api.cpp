@@ -147,6 +147,7 @@ class http_api::impl {
     r.prompt = ids;
     r.sampling.temperature = s.temperature, r.sampling.top_k = s.top_k, r.sampling.top_p = s.top_p;
     r.sampling.min_p = s.min_p, r.sampling.repeat_penalty = s.repeat_penalty;
+    r.sampling.frequency_penalty = s.frequency_penalty, r.sampling.presence_penalty = s.presence_penalty;
     r.sampling.repeat_last_n = s.repeat_last_n;
     r.sampling.seed = s.seed ? *s.seed : std::random_device{}() * uint64_t(0x9e3779b97f4a7c15ull) + next_seed_++;
     r.max_tokens = max_tokens ? *max_tokens : n_ctx_ - int64_t(ids.size());

@@ -104,6 +104,8 @@ TEST_CASE("server api: every supported field maps onto the request") {
   CHECK(r.sampling.top_k == 20);
   CHECK(r.sampling.min_p == 0.05f);
   CHECK(r.sampling.repeat_penalty == 1.1f);
+  CHECK(r.sampling.presence_penalty == 0.5f);
+  CHECK(r.sampling.frequency_penalty == -1.0f);
   CHECK(r.sampling.seed == 42u);
   CHECK(r.output.stop == std::vector<std::string>{"###", "END"});  // empty stop strings dropped
   CHECK(!r.output.thinking);  // chat_template_kwargs wins over the top-level switch

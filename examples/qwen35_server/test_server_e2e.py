@@ -211,6 +211,17 @@ def main():
             model=mid, prompt="The weather today is", max_tokens=10, temperature=0, stream=True) if c.choices)
         check(streamed == whole.choices[0].text, f"completion streamed == non-streamed: {streamed!r}")
 
+        # presence and frequency penalties reach the sampler: at -2 greedy keeps to the window's tokens,
+        # so the text differs from the unpenalised one
+        def completion_text(**extra):
+            r = client.completions.create(model=mid, prompt="The weather today is", max_tokens=16, temperature=0,
+                                          **extra)
+            return r.choices[0].text
+        plain = completion_text()
+        favoured = completion_text(presence_penalty=-2, frequency_penalty=-2)
+        check(favoured != plain and favoured == completion_text(presence_penalty=-2, frequency_penalty=-2),
+              f"negative presence/frequency penalties change the greedy text, repeatably: {favoured!r} vs {plain!r}")
+
         # 8 concurrent requests equal the same requests one at a time
         def ask(i):
             r = client.chat.completions.create(
