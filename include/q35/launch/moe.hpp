@@ -8,12 +8,13 @@
 // experts' formats, 5 when not (its gate+up and down then run through launch::matmul). Its rows are
 // computed per (token, expert) pair, so with gemm_every_count (the router's decode policy, and the
 // shared expert's matmuls, if any, on the GEMM at every count) it serves up to 64 tokens with rows as
-// each would be alone. Prefill
-// path (more than moe_decode_max_tokens tokens, or 64 with gemm_every_count): router, grouping by expert
-// (launch::moe_group: CUB radix sort on CUDA), a grouped tensor-core GEMM per projection (the dense GEMMs' tiles over
-// each expert's sorted pairs, kernels/gemm_rows.hpp: int8 for the GGUF integer formats on the
-// GEMV's 16-bit activations, split fp16/bf16 for F16/BF16/F32), the shared expert through
-// launch::matmul, and a combination back to token order in a fixed summation order.
+// each would be alone.
+// Prefill path (more than moe_decode_max_tokens tokens, or 64 with gemm_every_count): router,
+// grouping by expert (launch::moe_group: CUB radix sort on CUDA), a grouped tensor-core GEMM per
+// projection (the dense GEMMs' tiles over each expert's sorted pairs, kernels/gemm_rows.hpp: int8 for
+// the GGUF integer formats on the GEMV's 16-bit activations, split fp16/bf16 for F16/BF16/F32), the
+// shared expert through launch::matmul, and a combination back to token order in a fixed summation
+// order.
 //
 // The parts: launch/moe_plan.hpp (where the paths split, the workspace, the staging area, the
 // checks), launch/moe_decode.hpp, launch/moe_grouped.hpp and launch/moe_group.hpp (the grouping).

@@ -158,13 +158,18 @@ inline status moe_decode_gate_up(const ffn_layer_args& a, const moe_weights& w, 
   const ffn_shape& s = a.shape;
   const moe_buffers b = moe_buffers_of(a);
   quant::act16_view x16 = a.maybe_x16;
-  if (s.shared_ff_dim > 0 && !moe_fused_gate_up(w, s)) {
-    matmul_args m;
-    m.w = w.shexp_gate, m.maybe_w_up = w.shexp_up, m.x = a.x, m.y = b.sh_act, m.n_tokens = a.n_tokens;
-    m.epilogue = ops::epilogue::swiglu, m.maybe_x16 = x16, m.row_invariant = a.row_invariant;
+  // the unfused shared expert's matmuls; with gemm_every_count on the GEMM, in the plan's mm region
+  const auto shared_matmul = [&](matmul_args m) {
+    m.n_tokens = a.n_tokens, m.row_invariant = a.row_invariant;
     if (a.gemm_every_count)
       m.gemm_every_count = true, m.maybe_workspace = b.ws + b.l.mm, m.workspace_bytes = b.l.total - b.l.mm;
-    Q35_TRY(matmul(m, stream));
+    return matmul(m, stream);
+  };
+  if (s.shared_ff_dim > 0 && !moe_fused_gate_up(w, s)) {
+    matmul_args m;
+    m.w = w.shexp_gate, m.maybe_w_up = w.shexp_up, m.x = a.x, m.y = b.sh_act;
+    m.epilogue = ops::epilogue::swiglu, m.maybe_x16 = x16;
+    Q35_TRY(shared_matmul(m));
   }
   const moe_decode_paths paths = moe_decode_paths_of(w, s);
   if (paths.gate_up_act16 && x16.empty()) {  // x quantized once here unless its producer did it
@@ -181,10 +186,8 @@ inline status moe_decode_gate_up(const ffn_layer_args& a, const moe_weights& w, 
   }));
   if (s.shared_ff_dim > 0 && !moe_fused_down(w, s)) {
     matmul_args m;
-    m.w = w.shexp_down, m.x = b.sh_act, m.y = b.sh_y, m.n_tokens = a.n_tokens, m.row_invariant = a.row_invariant;
-    if (a.gemm_every_count)
-      m.gemm_every_count = true, m.maybe_workspace = b.ws + b.l.mm, m.workspace_bytes = b.l.total - b.l.mm;
-    Q35_TRY(matmul(m, stream));
+    m.w = w.shexp_down, m.x = b.sh_act, m.y = b.sh_y;
+    Q35_TRY(shared_matmul(m));
   }
   return status::success();
 }
