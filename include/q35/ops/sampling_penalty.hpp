@@ -104,7 +104,8 @@ struct alignas(16) sample_penalty {
 };
 
 // Builds the table of recent[0, window) in `tail` (sample_penalty::bytes<Threads> of shared memory)
-// with every thread of the block; ends with a block barrier.
+// with every thread of the block; ends with a block barrier. window <= sample_max_window (a count must
+// fit its 13 bits; launch::validate checks it).
 template <int Threads>
 Q35_DEVICE const sample_penalty* build_penalty_table(void* tail, const int32_t* recent, int window, int n_vocab,
                                                      const sample_penalty_config& c) {
