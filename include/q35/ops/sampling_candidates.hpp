@@ -9,14 +9,16 @@
 #include <cstdint>
 
 #include "q35/arch/atomic.hpp"
+#include "q35/arch/bits.hpp"
 #include "q35/arch/shuffle.hpp"
 #include "q35/arch/thread.hpp"
+#include "q35/block/scan.hpp"
 #include "q35/core/config.hpp"
 #include "q35/core/numeric.hpp"
 #include "q35/ops/philox.hpp"
 #include "q35/ops/sampling.hpp"
-#include "q35/ops/sampling_scan.hpp"
 #include "q35/ops/sampling_select.hpp"
+#include "q35/warp/scan.hpp"
 
 namespace q35::ops {
 
@@ -67,8 +69,8 @@ Q35_DEVICE void choose_window(sample_candidate_storage<Threads, Capacity>& s, co
     cnt += s.count[lane * per_lane + k];
     w += s.mass[lane * per_lane + k];
   }
-  const uint32_t cnt_incl = warp_inclusive_sum(cnt);
-  const uint64_t w_incl = warp_inclusive_sum(w);
+  const uint32_t cnt_incl = warp::inclusive_sum(cnt);
+  const uint64_t w_incl = warp::inclusive_sum(w);
   // first bin (walking up) whose inclusive count / mass reaches the goal, + 1; none: no bound
   int b_k = sample_window_bins + 1, b_p = sample_window_bins + 1;
   const uint32_t k_lanes = arch::ballot(top_k && cnt_incl >= uint32_t(c.top_k));
@@ -80,12 +82,13 @@ Q35_DEVICE void choose_window(sample_candidate_storage<Threads, Capacity>& s, co
     const int b = lane * per_lane + k;
     cc += s.count[b];
     ww += s.mass[b];
-    if (found_k > sample_window_bins && k_lanes && lane == lowest_set_bit(k_lanes) && cc >= uint32_t(c.top_k))
+    if (found_k > sample_window_bins && k_lanes && lane == arch::lowest_set_bit(k_lanes) && cc >= uint32_t(c.top_k))
       found_k = b + 1;
-    if (found_p > sample_window_bins && p_lanes && lane == lowest_set_bit(p_lanes) && ww >= target) found_p = b + 1;
+    if (found_p > sample_window_bins && p_lanes && lane == arch::lowest_set_bit(p_lanes) && ww >= target)
+      found_p = b + 1;
   }
-  if (k_lanes) b_k = arch::shfl_idx(found_k, lowest_set_bit(k_lanes));
-  if (p_lanes) b_p = arch::shfl_idx(found_p, lowest_set_bit(p_lanes));
+  if (k_lanes) b_k = arch::shfl_idx(found_k, arch::lowest_set_bit(k_lanes));
+  if (p_lanes) b_p = arch::shfl_idx(found_p, arch::lowest_set_bit(p_lanes));
   // min-p keeps l - m >= log(min_p), i.e. d <= -log(min_p): bins up to window_bin(-log(min_p))
   const int b_m = c.use_min_p ? window_bin(-c.log_min_p) + 1 : sample_window_bins + 1;
   int b = top_p && top_k ? b_k : (b_k < b_p ? b_k : b_p);
@@ -138,7 +141,7 @@ Q35_DEVICE candidate_selection select_candidates(const sample_row& row, const sa
   });
   if (p_bound) {
     uint64_t before = 0, total = 0;
-    block_exclusive_sum<Threads>(own_mass, s.warp_total, before, total);
+    block::exclusive_sum<Threads>(own_mass, s.warp_total, before, total);
     if (arch::thread_rank() == 0) s.row_mass = total;
   }
   arch::sync_block();
@@ -153,9 +156,9 @@ Q35_DEVICE candidate_selection select_candidates(const sample_row& row, const sa
     const bool take = valid && window_bin(m - l) < n_bins;
     const uint32_t lanes = arch::ballot(take);
     int base = 0;
-    if (arch::lane_id() == 0 && lanes) base = arch::atomic_add(&s.n_filled, popcount(lanes));
+    if (arch::lane_id() == 0 && lanes) base = arch::atomic_add(&s.n_filled, arch::popcount(lanes));
     base = arch::shfl_idx(base, 0);
-    if (take) s.keys[base + popcount(lanes & ((1u << arch::lane_id()) - 1u))] = sort_key(l, i);
+    if (take) s.keys[base + arch::popcount(lanes & ((1u << arch::lane_id()) - 1u))] = sort_key(l, i);
   });
   int size = 1;  // the sort's width: the next power of two >= n_cand
   while (size < n_cand) size *= 2;
@@ -201,7 +204,7 @@ Q35_DEVICE candidate_selection select_candidates(const sample_row& row, const sa
     const int k_end = n_k;
     for (int j = first; j < first + per_thread && j < k_end; ++j) own += fixed_weight(sort_key_value(s.keys[j]) - m);
     uint64_t before = 0, total = 0;
-    block_exclusive_sum<Threads>(own, s.warp_total, before, total);
+    block::exclusive_sum<Threads>(own, s.warp_total, before, total);
     const uint64_t target = mass_target(c.top_p, top_k ? total : s.row_mass);
     if (before < target && target <= before + own) {
       uint64_t acc = before;
@@ -230,7 +233,7 @@ Q35_DEVICE int draw_candidates(const sample_config& c, float m, int n, uint64_t 
   uint64_t own = 0;
   for (int j = first; j < first + per_thread && j < n; ++j) own += weight(j);
   uint64_t before = 0, total = 0;
-  block_exclusive_sum<Threads>(own, s.warp_total, before, total);
+  block::exclusive_sum<Threads>(own, s.warp_total, before, total);
   const uint64_t target = mul_hi_64(bits, total);  // total >= 2^40: keys[0] is the maximum, weight 1
   if (own == 0 || target < before || target - before >= own) return -1;
   uint64_t acc = before;

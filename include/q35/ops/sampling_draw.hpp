@@ -9,6 +9,7 @@
 #include "q35/ops/philox.hpp"
 #include "q35/ops/sampling.hpp"
 #include "q35/ops/sampling_select.hpp"
+#include "q35/warp/scan.hpp"
 
 namespace q35::ops {
 
@@ -36,7 +37,7 @@ Q35_DEVICE int draw_kept(const sample_row& row, const sample_selection& sel, uin
     if (sel.kept(l, i)) own += sel.weight(l);
   });
   // before = kept weight of the threads ranked below this one; z = of all
-  const uint64_t incl = warp_inclusive_sum(own);
+  const uint64_t incl = warp::inclusive_sum(own);
   if (arch::lane_id() == warp_size - 1) s.warp_total[arch::warp_id()] = incl;
   arch::sync_block();
   uint64_t before = incl - own, z = 0;

@@ -20,10 +20,11 @@
 #include <cstdint>
 
 #include "q35/arch/atomic.hpp"
+#include "q35/arch/bits.hpp"
 #include "q35/arch/rounded_math.hpp"
 #include "q35/arch/thread.hpp"
+#include "q35/block/scan.hpp"
 #include "q35/core/config.hpp"
-#include "q35/ops/sampling_scan.hpp"
 
 namespace q35::ops {
 
@@ -99,7 +100,7 @@ struct alignas(16) sample_penalty {
   // Set bits before word w's (ranks: the pair ranks).
   Q35_DEVICE static int word_start(const uint32_t* bits, const uint16_t* ranks, int w) {
     const int r = int(ranks[w >> 1]);
-    return (w & 1) ? r + popcount(bits[w - 1]) : r;
+    return (w & 1) ? r + arch::popcount(bits[w - 1]) : r;
   }
 };
 
@@ -137,21 +138,22 @@ Q35_DEVICE const sample_penalty* build_penalty_table(void* tail, const int32_t* 
   const int last = first + per < pairs ? first + per : pairs;
   const int word_end = 2 * last < l.words ? 2 * last : l.words;
   uint64_t own = 0;
-  for (int k = 2 * first; k < word_end; ++k) own += uint64_t(popcount(bits[k]));
+  for (int k = 2 * first; k < word_end; ++k) own += uint64_t(arch::popcount(bits[k]));
   uint64_t before = 0, total = 0;
   auto* warp_total = reinterpret_cast<uint64_t*>(static_cast<char*>(tail) + sample_penalty::scan_offset(l));
-  block_exclusive_sum<Threads>(own, warp_total, before, total);
+  block::exclusive_sum<Threads>(own, warp_total, before, total);
   if (tid == 0) t->cfg = c, t->words = l.words, t->n_ids = int(total);
   for (int k = 2 * first; k < word_end; ++k) {
     if (k % 2 == 0) ranks[k / 2] = uint16_t(before);  // <= window <= sample_max_window
-    before += uint64_t(popcount(bits[k]));
+    before += uint64_t(arch::popcount(bits[k]));
   }
   arch::sync_block();
   // counts: each id of the window adds 1 to its entry (its rank among the set bits)
   for (int i = tid; i < window; i += Threads) {
     const int32_t id = recent[i];
     if (id < 0 || id >= n_vocab) continue;
-    const int j = sample_penalty::word_start(bits, ranks, id >> 5) + popcount(bits[id >> 5] & ((1u << (id & 31)) - 1u));
+    const int j =
+        sample_penalty::word_start(bits, ranks, id >> 5) + arch::popcount(bits[id >> 5] & ((1u << (id & 31)) - 1u));
     arch::atomic_add(entries + j, 1u);
   }
   arch::sync_block();
@@ -159,7 +161,7 @@ Q35_DEVICE const sample_penalty* build_penalty_table(void* tail, const int32_t* 
   for (int w = tid; w < l.words; w += Threads) {
     int j = sample_penalty::word_start(bits, ranks, w);
     for (uint32_t m = bits[w]; m; m &= m - 1u, ++j)
-      entries[j] |= uint32_t(w * 32 + lowest_set_bit(m)) << sample_penalty_count_bits;
+      entries[j] |= uint32_t(w * 32 + arch::lowest_set_bit(m)) << sample_penalty_count_bits;
   }
   arch::sync_block();
   return t;

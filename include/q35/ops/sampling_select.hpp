@@ -7,13 +7,14 @@
 #include <cstdint>
 
 #include "q35/arch/atomic.hpp"
+#include "q35/arch/bits.hpp"
 #include "q35/arch/shuffle.hpp"
 #include "q35/arch/thread.hpp"
 #include "q35/block/reduce.hpp"
 #include "q35/core/config.hpp"
 #include "q35/ops/sampling.hpp"
-#include "q35/ops/sampling_scan.hpp"
 #include "q35/warp/reduce.hpp"
+#include "q35/warp/scan.hpp"
 #include "q35/warp/top_k.hpp"
 
 namespace q35::ops {
@@ -69,15 +70,15 @@ Q35_DEVICE void find_crossing_digit(sample_search_storage& s, const prefix_goal&
     c += s.count[top - k];
     w += s.mass[top - k];
   }
-  const uint32_t c_incl = warp_inclusive_sum(c);
-  const uint64_t w_incl = warp_inclusive_sum(w);
+  const uint32_t c_incl = warp::inclusive_sum(c);
+  const uint64_t w_incl = warp::inclusive_sum(w);
   if (g.by_mass && g.z == 0 && first_pass) target = mass_target(g.p, arch::shfl_idx(w_incl, warp_size - 1));
   const auto reached = [&](uint32_t cc, uint64_t ww) {
     return g.by_mass ? base_mass + ww >= target : base_count + cc >= g.count_target;
   };
   const uint32_t lanes = arch::ballot(reached(c_incl, w_incl));
   // Some lane always reaches the goal (the goal never exceeds the prefix bin's totals).
-  if (lane != (lanes ? lowest_set_bit(lanes) : warp_size - 1)) return;
+  if (lane != (lanes ? arch::lowest_set_bit(lanes) : warp_size - 1)) return;
   uint32_t cc = c_incl - c;
   uint64_t ww = w_incl - w;
   int digit = top - sample_bins_per_lane + 1;
