@@ -368,18 +368,20 @@ status decoder::sample(std::span<const seq_sample> requests, std::vector<int32_t
   if (int64_t(requests.size()) > S)
     return error(status_code::invalid_argument, "decoder::sample: more requests than sequences");
   const int32_t nv = int32_t(m_ ? m_->hparams().n_vocab : 0);
-  // the repetition windows: the last `window` ids of each, newest first; -1 where the history is shorter
-  size_t ring_total = 0;
+  // the repetition windows (the last `window` ids of each, newest first; -1 where the history is
+  // shorter) and the logit-bias lists, each staged in one pinned buffer and uploaded in one copy
+  size_t ring_total = 0, bias_total = 0, n_biased = 0;
   for (const seq_sample& r : requests) {
     Q35_TRY(check_seq(r.seq, "sample"));
-    if (seqs_[size_t(r.seq)].logits_row < 0)
-      return error(status_code::invalid_argument,
-                   "decoder: sample() of sequence " + std::to_string(r.seq) + " before any eval()");
+    const std::string who = "decoder::sample: sequence " + std::to_string(r.seq);
+    if (seqs_[size_t(r.seq)].logits_row < 0) return error(status_code::invalid_argument, who + " before any eval()");
     if (launch::penalizes(r.params) && r.params.repeat_last_n > ops::sample_max_window)
-      return error(status_code::invalid_argument,
-                   "decoder::sample: repeat_last_n = " + std::to_string(r.params.repeat_last_n) + " exceeds " +
-                       std::to_string(ops::sample_max_window) + " tokens");
+      return error(status_code::invalid_argument, who + ": repeat_last_n = " + std::to_string(r.params.repeat_last_n) +
+                                                      " exceeds " + std::to_string(ops::sample_max_window) + " tokens");
+    if (const status st = launch::check_logit_bias(r.bias, nv); !st.ok())
+      return error(status_code::invalid_argument, who + ": " + st.message());
     if (launch::penalizes(r.params)) ring_total += size_t(r.params.repeat_last_n);
+    bias_total += r.bias.size(), n_biased += r.bias.empty() ? 0 : 1;
   }
   stream_t s = stream();
   if (ring_total > 0) {
@@ -394,15 +396,33 @@ status decoder::sample(std::span<const seq_sample> requests, std::vector<int32_t
     }
     Q35_TRY(copy(recent_.data(), recent_host_.data(), ring_total * sizeof(int32_t), copy_kind::host_to_device, s));
   }
-  size_t off = 0;
+  if (bias_total > 0) {
+    if (bias_.size() < bias_total) Q35_TRY(bias_.allocate(bias_total));
+    if (bias_host_.size() < bias_total) Q35_TRY(bias_host_.allocate(bias_total));
+    if (biased_logits_.size() < n_biased * size_t(nv)) Q35_TRY(biased_logits_.allocate(n_biased * size_t(nv)));
+    size_t off = 0;
+    for (const seq_sample& r : requests)
+      for (const launch::logit_bias_entry& e : r.bias) bias_host_[off++] = e;
+    Q35_TRY(copy(bias_.data(), bias_host_.data(), bias_total * sizeof(launch::logit_bias_entry),
+                 copy_kind::host_to_device, s));
+  }
+  size_t ring_off = 0, bias_off = 0, biased = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
     const seq_sample& r = requests[i];
     launch::sample_args a;
     a.logits = logits_.data() + seqs_[size_t(r.seq)].logits_row * int64_t(nv);
+    if (!r.bias.empty()) {  // the sampler reads a biased copy: the step's logits stay as computed
+      launch::logit_bias_args b;
+      b.logits = a.logits, b.out = biased_logits_.data() + biased++ * size_t(nv);
+      b.n_rows = 1, b.n_vocab = nv, b.lists = bias_.data() + bias_off, b.width = int(r.bias.size());
+      b.maybe_error_flag = result_.data() + S;
+      Q35_TRY(launch::add_logit_bias(b, s));
+      a.logits = b.out, bias_off += r.bias.size();
+    }
     a.n_rows = 1, a.n_vocab = nv, a.params = r.params;
     const bool ring = launch::penalizes(r.params);
-    a.maybe_recent = ring ? recent_.data() + off : nullptr;
-    if (ring) off += size_t(r.params.repeat_last_n);
+    a.maybe_recent = ring ? recent_.data() + ring_off : nullptr;
+    if (ring) ring_off += size_t(r.params.repeat_last_n);
     if (!a.maybe_recent) a.params.repeat_last_n = 0;
     a.rng_counter = rng_counters_.data() + r.seq;
     a.out_ids = result_.data() + i;
@@ -412,7 +432,7 @@ status decoder::sample(std::span<const seq_sample> requests, std::vector<int32_t
   // the one host synchronization of a decode step: the ids and the kernels' error flag in one copy
   Q35_TRY(result_.download(result_host_.data(), size_t(S + 1), s));
   Q35_TRY(sync());
-  // The ring upload above read recent_host_ asynchronously: the sync() has completed it too.
+  // The uploads above read recent_host_ and bias_host_ asynchronously: the sync() has completed them too.
   if (result_host_[size_t(S)])
     return error(status_code::kernel_fault, "a kernel reported an out-of-range token or expert id");
   ids.assign(result_host_.data(), result_host_.data() + requests.size());

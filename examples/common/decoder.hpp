@@ -52,6 +52,7 @@
 #include "q35/kv/page_table.hpp"
 #include "q35/kv/recurrent_state.hpp"
 #include "q35/launch/expert_load.hpp"
+#include "q35/launch/logit_bias.hpp"
 #include "q35/launch/sample.hpp"
 #include "q35/ops/router.hpp"
 
@@ -101,7 +102,8 @@ struct decoder_config {
 };
 
 // The device memory a decoder allocates in init(), by kind (decoder::memory_needed before, and
-// decoder::device_memory after; the sampler's ring of recent ids, a few KB, is taken on first use).
+// decoder::device_memory after; the sampler's ring of recent ids, a few KB, and with a logit bias a
+// biased copy of each biased row, 4 B per vocabulary entry, are taken on first use).
 struct decoder_memory {
   uint64_t kv = 0;              // the KV pool of the full-attention layers
   uint64_t recurrent = 0;       // Gated DeltaNet state: one slot per sequence and per prefix checkpoint
@@ -140,6 +142,9 @@ struct seq_sample {
   int seq = 0;
   launch::sampling_params params;
   std::span<const int32_t> recent;  // latest ids of the sequence, oldest first (repetition penalty)
+  // Added to the logits before the penalties and filters (launch::add_logit_bias): ids in
+  // [0, n_vocab), at most launch::logit_bias_max_entries; an id listed twice gets both biases in order.
+  std::span<const launch::logit_bias_entry> bias;
 };
 
 // Checks that the compiled kernels serve every shape of `h`; the message names the GGUF key, the file's
@@ -173,6 +178,7 @@ class decoder {
   status sample(std::span<const seq_sample> requests, std::vector<int32_t>& ids);
 
   int n_seq_max() const { return cfg_.n_seq_max; }
+  int32_t n_vocab() const { return m_ ? int32_t(m_->hparams().n_vocab) : 0; }  // logits per row
   int64_t n_past(int seq) const;
   const std::vector<int32_t>& tokens(int seq) const;
   // Forgets sequence `seq` (state to zero, pages freed, random stream restarted).
@@ -345,7 +351,10 @@ class decoder {
   mutable bool staging_in_flight_ = false;  // a copy from staging_ may be pending (until the next sync())
   device_buffer<int32_t> recent_;
   pinned_buffer<int32_t> recent_host_;
-  device_buffer<int32_t> result_;  // [n_seq_max + 1]: sampled ids, then the kernels' error flag
+  device_buffer<launch::logit_bias_entry> bias_;  // the biased requests' lists, one after another
+  pinned_buffer<launch::logit_bias_entry> bias_host_;
+  device_buffer<float> biased_logits_;  // [biased requests][n_vocab]
+  device_buffer<int32_t> result_;       // [n_seq_max + 1]: sampled ids, then the kernels' error flag
   pinned_buffer<int32_t> result_host_;
   device_buffer<uint64_t> rng_counters_;  // [n_seq_max]: each sequence's random stream
   device_buffer<uint8_t> sample_ws_;

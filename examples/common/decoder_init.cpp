@@ -217,7 +217,6 @@ status decoder::init(const device_model& m, const decoder_config& cfg) {
 
   // Rows of one layer call at most: a prompt chunk, or a decode group.
   const buffer_sizes z = sizes_of(h, cfg_);
-  const int64_t call_rows = z.call_rows;
   max_rows_ = z.max_rows;
 
   // state: KV pages for the full-attention layers (one pool for all sequences), recurrent slots for the

@@ -312,7 +312,42 @@ TEST_CASE("decoder: a decode step is one upload (also on a new page), one downlo
   CHECK(want != plain);  // the penalties changed the choice
   fp.repeat_last_n = 4097;
   const status too_long = d.sample(fp, d.tokens(), id);
-  CHECK(too_long.message() == "decoder::sample: repeat_last_n = 4097 exceeds 4096 tokens");
+  CHECK(too_long.message() == "decoder::sample: sequence 0: repeat_last_n = 4097 exceeds 4096 tokens");
+  // a logit bias, added before the penalties (llama.cpp's order, computed here on the host): the lowest
+  // logit wins only with both of its biases, added one after the other; the step's logits stay as
+  // computed. The lists go up in one copy, and the sampler reads a biased copy of the row.
+  fp.repeat_last_n = 64;
+  std::vector<float> before;
+  Q35_OK(d.last_logits(0, before));
+  const int low = int(std::min_element(before.begin(), before.end()) - before.begin());
+  const float spread = before[size_t(plain)] - before[size_t(low)];
+  const launch::logit_bias_entry bias[] = {{low, 0.6f * spread}, {plain, -1.0f}, {low, 0.6f * spread}};
+  row = before;
+  row[size_t(low)] = (row[size_t(low)] + bias[0].bias) + bias[2].bias;
+  row[size_t(plain)] = row[size_t(plain)] + bias[1].bias;
+  want = 0;
+  for (size_t i = 0; i < row.size(); ++i) {
+    if (count[i]) row[i] = row[i] - (float(count[i]) * fp.frequency_penalty + fp.presence_penalty);
+    if (row[i] > row[size_t(want)]) want = int(i);
+  }
+  CHECK(want == low);
+  const gen::seq_sample biased{0, fp, hist, bias};
+  std::vector<int32_t> ids;
+  const sim::api_counts b0 = sim::api_snapshot();
+  Q35_OK(d.sample({&biased, 1}, ids));
+  const sim::api_counts bc = sim::api_snapshot() - b0;
+  CHECK(ids == std::vector<int32_t>{want});
+  CHECK(bc.h2d_copies == 2);  // the window and the lists
+  CHECK(bc.d2d_copies == 1);  // the biased row
+  CHECK(bc.synchronizations == 1);
+  std::vector<float> after;
+  Q35_OK(d.last_logits(0, after));
+  CHECK(after == before);
+  const launch::logit_bias_entry bad[] = {{3, 1.0f}, {int32_t(before.size()), 1.0f}};
+  const gen::seq_sample bad_bias{0, fp, hist, bad};
+  CHECK(d.sample({&bad_bias, 1}, ids).message() ==
+        "decoder::sample: sequence 0: launch::add_logit_bias: entry 1: id " + std::to_string(before.size()) +
+            " is outside the vocabulary of " + std::to_string(before.size()) + " tokens");
 }
 
 // A decode step's graph is recorded once, for the step after the prompt, and replayed while the

@@ -98,6 +98,31 @@ std::array<float, 2> parse_adaptive_entropy(const std::string& flag_name, const 
   return {h1, h2};
 }
 
+// "15043+1.5", "15043-2", "15043-inf" (llama-cli's --logit-bias): a token id, then a signed bias in
+// [-100, 100] or -inf (the token is never sampled).
+std::pair<int32_t, float> parse_logit_bias(const std::string& flag_name, const std::string& value) {
+  const size_t sign = value.find_first_of("+-", 1);
+  const auto bad = [&] {
+    return usage_error(flag_name + " expects TOKEN_ID+BIAS or TOKEN_ID-BIAS (e.g. 15043+1.5, 15043-inf), got '" +
+                       value + "'");
+  };
+  if (sign == std::string::npos) throw bad();
+  int32_t id = 0;
+  const char* id_end = value.data() + sign;
+  const auto [end, ec] = std::from_chars(value.data(), id_end, id);
+  if (ec != std::errc() || end != id_end || id < 0) throw bad();
+  const std::string magnitude = value.substr(sign + 1);
+  if (value[sign] == '-' && magnitude == "inf") return {id, -INFINITY};
+  double b = 0;
+  const char* m_end = magnitude.data() + magnitude.size();
+  const auto [b_end, b_ec] = std::from_chars(magnitude.data(), m_end, b);
+  if (magnitude.empty() || magnitude[0] == '-' || b_ec != std::errc() || b_end != m_end || !std::isfinite(b))
+    throw bad();
+  if (b > 100.0)
+    throw usage_error(flag_name + " '" + value + "': the bias is beyond 100 in magnitude (-inf bans the token)");
+  return {id, float(value[sign] == '-' ? -b : b)};
+}
+
 using apply_fn = std::function<void(options&, const std::string&, const std::string&)>;
 
 const std::vector<flag>& flags() {
@@ -170,6 +195,9 @@ const std::vector<flag>& flags() {
       {{"--repeat-last-n"},
        "N",
        [](options& o, const std::string& n, const std::string& v) { o.repeat_last_n = int(parse_int(n, v, 0, 4096)); }},
+      {{"-l", "--logit-bias"},
+       "ID(+|-)BIAS",
+       [](options& o, const std::string& n, const std::string& v) { o.logit_bias.push_back(parse_logit_bias(n, v)); }},
       {{"--seed", "-s"},
        "N",
        [](options& o, const std::string& n, const std::string& v) {
@@ -366,6 +394,9 @@ std::string usage(const std::string& program) {
          "  --frequency-penalty X  subtracted per occurrence in the window (default 0 = off)\n"
          "  --repeat-last-n N      tokens the penalties look back, prompt included (default 64, at\n"
          "                         most 4096)\n"
+         "  -l, --logit-bias ID(+|-)BIAS\n"
+         "                         add BIAS (at most 100; -inf: never) to token ID's logit before the\n"
+         "                         penalties, e.g. 15043+1.5; repeatable\n"
          "  -s, --seed N           sampling seed (default -1: from the clock)\n"
          "  -ctk, -ctv TYPE        KV cache element type for K / V: f32, f16 (default), bf16\n"
          "  --dump-logits FILE     little-endian float32 logits rows: every prompt position, then every\n"

@@ -7,6 +7,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace q35::cli {
@@ -40,16 +41,17 @@ struct options {
   float presence_penalty = 0.0f;      // --presence-penalty; 0 = off
   float frequency_penalty = 0.0f;     // --frequency-penalty; 0 = off
   int repeat_last_n = 64;             // --repeat-last-n
-  std::optional<uint64_t> seed;       // --seed; default: from the clock
-  kv_cache_type cache_type_k = kv_cache_type::f16;  // -ctk
-  kv_cache_type cache_type_v = kv_cache_type::f16;  // -ctv
-  std::optional<std::string> system_prompt;         // -sys
-  bool conversation = false;                        // -cnv
-  bool no_think = false;                            // --no-think
-  std::string dump_logits_path;                     // --dump-logits FILE
-  bool print_token_ids = false;                     // --print-token-ids
-  std::string prompt_cache_path;                    // --prompt-cache FILE
-  int64_t n_batch = 512;                            // -b: prompt tokens per batch
+  std::vector<std::pair<int32_t, float>> logit_bias;  // --logit-bias ID(+|-)BIAS, repeatable; in order
+  std::optional<uint64_t> seed;                       // --seed; default: from the clock
+  kv_cache_type cache_type_k = kv_cache_type::f16;    // -ctk
+  kv_cache_type cache_type_v = kv_cache_type::f16;    // -ctv
+  std::optional<std::string> system_prompt;           // -sys
+  bool conversation = false;                          // -cnv
+  bool no_think = false;                              // --no-think
+  std::string dump_logits_path;                       // --dump-logits FILE
+  bool print_token_ids = false;                       // --print-token-ids
+  std::string prompt_cache_path;                      // --prompt-cache FILE
+  int64_t n_batch = 512;                              // -b: prompt tokens per batch
   // expert-selection traces of the session (MoE models): written at its end
   std::optional<std::string> expert_stats_path;    // --expert-stats FILE.json
   std::optional<std::string> expert_heatmap_path;  // --expert-heatmap FILE.svg

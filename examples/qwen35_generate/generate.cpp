@@ -71,6 +71,15 @@ class session {
     params_.frequency_penalty = opt.frequency_penalty;
     params_.repeat_last_n = opt.repeat_last_n;
     params_.seed = opt.seed ? *opt.seed : uint64_t(std::chrono::system_clock::now().time_since_epoch().count());
+    for (const auto& [id, b] : opt.logit_bias) {
+      if (id >= dec_.n_vocab())
+        throw usage_error("--logit-bias: token id " + std::to_string(id) + " is outside the model's vocabulary of " +
+                          std::to_string(dec_.n_vocab()) + " tokens");
+      bias_.push_back({id, b});
+    }
+    if (bias_.size() > size_t(launch::logit_bias_max_entries))
+      throw usage_error("--logit-bias: given " + std::to_string(bias_.size()) + " times, at most " +
+                        std::to_string(launch::logit_bias_max_entries));
     if (!opt.dump_logits_path.empty()) {
       dump_.open(opt.dump_logits_path, std::ios::binary | std::ios::trunc);
       if (!dump_) throw std::runtime_error("--dump-logits: cannot write '" + opt.dump_logits_path + "'");
@@ -111,7 +120,10 @@ class session {
         break;
       }
       int32_t id = 0;
-      check(dec_.sample(params_, dec_.tokens(), id), "sampling");
+      const gen::seq_sample request{0, params_, dec_.tokens(), bias_};
+      std::vector<int32_t> drawn;
+      check(dec_.sample({&request, 1}, drawn), "sampling");
+      id = drawn[0];
       generated.push_back(id);
       ++t.gen_tokens;
       if (tok_.is_eog(id)) break;
@@ -149,6 +161,7 @@ class session {
   gen::decoder& dec_;
   io::stream_decoder out_;
   launch::sampling_params params_;
+  std::vector<launch::logit_bias_entry> bias_;  // --logit-bias, in the order given
   std::ofstream dump_;
   int64_t fed_ = 0;
 };

@@ -5,12 +5,14 @@
 // Request policy (what llama-server and vLLM accept, made strict where they silently drift):
 // - Unknown top-level fields are rejected with 400 naming the field, except an allow-list of fields
 //   common clients send that change nothing here: user, metadata, store, service_tier,
-//   parallel_tool_calls, logit_bias ({} only), logprobs (false only), top_logprobs (0 only).
+//   parallel_tool_calls, logprobs (false only), top_logprobs (0 only).
 //   Unknown message fields are rejected the same way, except refusal and annotations (clients echo
 //   them back from earlier responses). An explicit null counts as absent everywhere.
 // - presence_penalty and frequency_penalty ([-2, 2], OpenAI's range) and repetition_penalty apply
 //   as llama-server applies them: over the request's last 64 tokens, prompt included (llama.cpp's
 //   penalties sampler; vLLM counts only the generated tokens for the first two).
+// - logit_bias: {"<token id>": bias in [-100, 100]} (OpenAI), or false for a token never to be drawn
+//   (llama-server); added to the logits before the penalties (llama.cpp's order), at most 1,024 tokens.
 // - tool_choice: "auto" (the default) is honoured; "none" leaves the tools out of the prompt and the
 //   output unparsed; "required" and a named function need constrained decoding and get a 400.
 //   parallel_tool_calls is accepted and ignored (every call the model writes is returned).
@@ -43,6 +45,7 @@ struct api_limits {
   size_t max_body_bytes = 8u << 20;  // larger bodies get 413
   int max_json_depth = 64;           // deeper nesting gets 400 (bounds the recursive code after parsing)
   size_t max_stop = 4;               // stop strings per request (OpenAI's limit)
+  size_t max_logit_bias = 1024;      // logit_bias tokens per request (launch::logit_bias_max_entries)
 };
 
 // The fields of q35::launch::sampling_params with OpenAI's defaults (not llama.cpp's).
@@ -55,7 +58,8 @@ struct sampling_options {
   float frequency_penalty = 0.0f;  // 0: off
   float presence_penalty = 0.0f;   // 0: off
   int repeat_last_n = 64;
-  std::optional<uint64_t> seed;  // none: the server picks one
+  std::optional<uint64_t> seed;                       // none: the server picks one
+  std::vector<std::pair<int32_t, float>> logit_bias;  // token id, bias (-inf: never drawn)
 };
 
 // A tool of the request, kept for typing the parameter values of the model's calls.

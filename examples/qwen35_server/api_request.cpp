@@ -285,6 +285,31 @@ json parse_body(std::string_view body, const api_limits& limits) {
 }
 
 // The fields both endpoints share.
+// {"<token id>": bias, ...}: OpenAI's bias in [-100, 100], or false (llama-server's ban: -inf).
+std::vector<std::pair<int32_t, float>> logit_bias_of(const json& lb, const api_limits& limits) {
+  if (lb.size() > limits.max_logit_bias)
+    fail("logit_bias", "'logit_bias' holds " + std::to_string(lb.size()) + " tokens, at most " +
+                           std::to_string(limits.max_logit_bias) + " are allowed");
+  std::vector<std::pair<int32_t, float>> out;
+  for (const auto& [key, v] : lb.items()) {
+    const std::string name = field("logit_bias", key);
+    int32_t id = -1;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+    if (key.empty() || ec != std::errc() || end != key.data() + key.size() || id < 0)
+      fail(name, "'logit_bias' keys must be token ids (non-negative integers), got " + shown(json(key)));
+    if (v.is_boolean() && !v.get<bool>()) {
+      out.emplace_back(id, -INFINITY);
+    } else if (v.is_number()) {
+      const double b = v.get<double>();
+      if (!(b >= -100.0 && b <= 100.0)) fail(name, "'" + name + "' must be in [-100, 100], got " + shown(v));
+      out.emplace_back(id, float(b));
+    } else {
+      wrong_type(name, "a number in [-100, 100] (or false, to ban the token)", v);
+    }
+  }
+  return out;
+}
+
 void common_fields(const json& body, const api_limits& limits, sampling_options& s, bool& stream, bool& include_usage,
                    std::vector<std::string>& stop) {
   get_string(body, "", "model");
@@ -328,8 +353,7 @@ void common_fields(const json& body, const api_limits& limits, sampling_options&
   get_object(body, "", "metadata");
   get_bool(body, "", "store");
   get_string(body, "", "service_tier");
-  if (const json* lb = get_object(body, "", "logit_bias"); lb && !lb->empty())
-    fail("logit_bias", "'logit_bias' is not supported (only an empty object)");
+  if (const json* lb = get_object(body, "", "logit_bias")) s.logit_bias = logit_bias_of(*lb, limits);
 }
 
 template <class Request>

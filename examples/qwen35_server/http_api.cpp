@@ -149,6 +149,7 @@ class http_api::impl {
     r.sampling.min_p = s.min_p, r.sampling.repeat_penalty = s.repeat_penalty;
     r.sampling.frequency_penalty = s.frequency_penalty, r.sampling.presence_penalty = s.presence_penalty;
     r.sampling.repeat_last_n = s.repeat_last_n;
+    for (const auto& [id, b] : s.logit_bias) r.logit_bias.push_back({id, b});
     r.sampling.seed = s.seed ? *s.seed : std::random_device{}() * uint64_t(0x9e3779b97f4a7c15ull) + next_seed_++;
     r.max_tokens = max_tokens ? *max_tokens : n_ctx_ - int64_t(ids.size());
     r.on_token = [ch](int32_t id) {

@@ -2,6 +2,7 @@
 #include "scheduler.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
 #include <limits>
 #include <utility>
@@ -163,6 +164,16 @@ submit_result scheduler::submit(request r) {
                                                        std::to_string(i) + " is outside the vocabulary of " +
                                                        std::to_string(cfg_.n_vocab));
   }
+  for (const launch::logit_bias_entry& e : r.logit_bias)
+    if (e.id < 0 || (cfg_.n_vocab > 0 && e.id >= cfg_.n_vocab) || std::isnan(e.bias))
+      return refuse(submit_error::invalid_request,
+                    "logit_bias: token " + std::to_string(e.id) +
+                        (std::isnan(e.bias) ? " has a NaN bias"
+                                            : " is outside the vocabulary of " + std::to_string(cfg_.n_vocab)));
+  if (r.logit_bias.size() > size_t(launch::logit_bias_max_entries))
+    return refuse(submit_error::invalid_request, "logit_bias: " + std::to_string(r.logit_bias.size()) +
+                                                     " tokens, at most " +
+                                                     std::to_string(launch::logit_bias_max_entries));
   // the sampler's own checks, so that a bad value cannot fail the other draws of a step
   launch::sample_args probe;
   probe.n_rows = 0, probe.n_vocab = std::max(1, cfg_.n_vocab), probe.params = r.sampling;
@@ -431,7 +442,7 @@ bool scheduler::step_once() {
       checkpoint(a);
     }
     if (a.fed == int64_t(a.w.req.prompt.size())) {
-      draws.push_back({a.seq, a.w.req.sampling, a.history});
+      draws.push_back({a.seq, a.w.req.sampling, a.history, a.w.req.logit_bias});
       drawn.push_back(who[k]);
     }
   }

@@ -80,9 +80,10 @@ struct finish_info {
 struct request {
   std::vector<int32_t> prompt;  // token ids, 1 .. n_ctx of them
   launch::sampling_params sampling;
-  int64_t max_tokens = 16;                          // ids drawn at most, >= 1
-  std::function<void(int32_t id)> on_token;         // each drawn id but a stop id, as it is drawn
-  std::function<void(const finish_info&)> on_done;  // exactly once per accepted request
+  std::vector<launch::logit_bias_entry> logit_bias;  // added to every draw's logits (launch::add_logit_bias)
+  int64_t max_tokens = 16;                           // ids drawn at most, >= 1
+  std::function<void(int32_t id)> on_token;          // each drawn id but a stop id, as it is drawn
+  std::function<void(const finish_info&)> on_done;   // exactly once per accepted request
 };
 
 namespace detail {

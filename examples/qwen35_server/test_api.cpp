@@ -94,7 +94,7 @@ TEST_CASE("server api: every supported field maps onto the request") {
          "stop": ["###", "", "END"], "n": 1, "enable_thinking": true, "chat_template_kwargs": {"enable_thinking": false},
          "response_format": {"type": "text"}, "user": "u1", "metadata": {"k": "v"}, "store": false,
          "service_tier": "auto", "parallel_tool_calls": false, "logprobs": false, "top_logprobs": 0,
-         "logit_bias": {}, "tool_choice": "auto")"));
+         "logit_bias": {"42": 5, "7": -100, "0": false, "248319": 0.25}, "tool_choice": "auto")"));
   CHECK(r.model == "qwen3.5-4b");
   CHECK(r.stream);
   CHECK(r.include_usage);
@@ -107,6 +107,8 @@ TEST_CASE("server api: every supported field maps onto the request") {
   CHECK(r.sampling.presence_penalty == 0.5f);
   CHECK(r.sampling.frequency_penalty == -1.0f);
   CHECK(r.sampling.seed == 42u);
+  using bias = std::pair<int32_t, float>;  // in the order sent
+  CHECK(r.sampling.logit_bias == std::vector<bias>{{42, 5.0f}, {7, -100.0f}, {0, -INFINITY}, {248319, 0.25f}});
   CHECK(r.output.stop == std::vector<std::string>{"###", "END"});  // empty stop strings dropped
   CHECK(!r.output.thinking);  // chat_template_kwargs wins over the top-level switch
   CHECK(r.prompt.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
@@ -321,6 +323,12 @@ TEST_CASE("server api: size and nesting limits") {
   CHECK(big.message.find("exceeds the limit of 40") != std::string::npos);
   const std::string deep = with_fields("\"metadata\": " + std::string(70, '[') + std::string(70, ']'));
   CHECK(chat_err(deep).message.find("nested deeper than 64") != std::string::npos);
+  srv::api_limits two_bias;
+  two_bias.max_logit_bias = 2;
+  const api_error many = chat_err(with_fields(R"("logit_bias": {"1": 1, "2": 2, "3": 3})"), two_bias);
+  CHECK(many.param == "logit_bias");
+  CHECK(many.message == "'logit_bias' holds 3 tokens, at most 2 are allowed");
+  CHECK(chat_ok(with_fields(R"("logit_bias": {"1": 1, "2": 2})"), two_bias).sampling.logit_bias.size() == 2);
   // brackets inside strings do not count
   CHECK(chat_ok(with_fields("\"user\": \"" + std::string(100, '[') + "\"")).prompt.size() > 0);
 }
@@ -371,7 +379,14 @@ TEST_CASE("server api: unknown fields and wrong types name the field") {
        "\"json_schema\" is not supported"},
       {with_fields(R"("logprobs": true)"), "logprobs", "'logprobs' is not supported"},
       {with_fields(R"("top_logprobs": 5)"), "top_logprobs", "between 0 and 0, got 5"},
-      {with_fields(R"("logit_bias": {"42": 5})"), "logit_bias", "only an empty object"},
+      {with_fields(R"("logit_bias": [[42, 5]])"), "logit_bias", "'logit_bias' must be an object, got an array"},
+      {with_fields(R"("logit_bias": {"42": 101})"), "logit_bias.42", "'logit_bias.42' must be in [-100, 100], got 101"},
+      {with_fields(R"("logit_bias": {"42": "5"})"), "logit_bias.42", "must be a number in [-100, 100] (or false"},
+      {with_fields(R"("logit_bias": {"42": true})"), "logit_bias.42", "got a boolean"},
+      {with_fields(R"("logit_bias": {"hello": 1})"), "logit_bias.hello", "keys must be token ids"},
+      {with_fields(R"("logit_bias": {"-1": 1})"), "logit_bias.-1", "keys must be token ids"},
+      {with_fields(R"("logit_bias": {"4294967296": 1})"), "logit_bias.4294967296", "keys must be token ids"},
+      {with_fields(R"("logit_bias": {"": 1})"), "logit_bias.", "keys must be token ids"},
       {with_fields(R"("chat_template_kwargs": {"add_vision_id": true})"), "chat_template_kwargs.add_vision_id",
        "unknown field"},
       {with_fields(R"("chat_template_kwargs": {"enable_thinking": "no"})"), "chat_template_kwargs.enable_thinking",
@@ -473,6 +488,9 @@ TEST_CASE("server api: completion requests") {
   auto one = srv::parse_completion_request(R"({"prompt": ["x"], "echo": false, "suffix": null, "best_of": 1})");
   REQUIRE(std::holds_alternative<completion_request>(one));
   CHECK(std::get<completion_request>(one).prompt == "x");
+  auto biased = srv::parse_completion_request(R"({"prompt": "x", "logit_bias": {"3": -1.5}})");
+  REQUIRE(std::holds_alternative<completion_request>(biased));
+  CHECK(std::get<completion_request>(biased).sampling.logit_bias == std::vector<std::pair<int32_t, float>>{{3, -1.5f}});
 
   check_rejections({{R"({"model": "m"})", "prompt", "'prompt' is required"},
                     {R"({"prompt": ""})", "prompt", "must not be empty"},

@@ -158,6 +158,16 @@ TEST_CASE("scheduler: the queue bound refuses, then accepts once admission makes
   launch::sampling_params bad = greedy;
   bad.top_p = 0.0f;
   refused(make_request({1}, bad, 2, unused), "top_p = 0.000000 is outside (0, 1]");
+  server::request biased = make_request({1}, greedy, 2, unused);
+  biased.logit_bias = {{3, 1.0f}, {n_vocab(*l), 1.0f}};
+  refused(biased, "logit_bias: token " + std::to_string(n_vocab(*l)) + " is outside the vocabulary of " +
+                      std::to_string(n_vocab(*l)));
+  biased.logit_bias = {{-1, 1.0f}};
+  refused(biased, "logit_bias: token -1 is outside");
+  biased.logit_bias = {{2, NAN}};
+  refused(biased, "logit_bias: token 2 has a NaN bias");
+  biased.logit_bias.assign(1025, {2, 1.0f});
+  refused(biased, "logit_bias: 1025 tokens, at most 1024");
   CHECK(unused.n_done == 0);  // a refused request hears nothing
 
   // the configuration
@@ -177,7 +187,7 @@ TEST_CASE("scheduler: the queue bound refuses, then accepts once admission makes
   Q35_OK(d.eval(std::vector<int32_t>{1, 2}));
   init_refused(scheduler_config(8, n_vocab(*l)), "sequence 0 of the decoder holds 2 tokens");
   Q35_OK(d.clear(0));
-  CHECK(s.metrics().requests_rejected == 6);
+  CHECK(s.metrics().requests_rejected == 10);
   CHECK(s.metrics().requests_submitted == 3);
 }
 

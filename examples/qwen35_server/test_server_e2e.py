@@ -214,13 +214,21 @@ def main():
         # presence and frequency penalties reach the sampler: at -2 greedy keeps to the window's tokens,
         # so the text differs from the unpenalised one
         def completion_text(**extra):
-            r = client.completions.create(model=mid, prompt="The weather today is", max_tokens=16, temperature=0,
-                                          **extra)
+            r = client.completions.create(model=mid, prompt="The weather today is", **{"max_tokens": 16,
+                                                                                       "temperature": 0, **extra})
             return r.choices[0].text
         plain = completion_text()
         favoured = completion_text(presence_penalty=-2, frequency_penalty=-2)
         check(favoured != plain and favoured == completion_text(presence_penalty=-2, frequency_penalty=-2),
               f"negative presence/frequency penalties change the greedy text, repeatably: {favoured!r} vs {plain!r}")
+
+        # logit_bias reaches the sampler: +100 on one token makes it every draw, greedy or sampled, so five
+        # tokens spell that token's text five times; without the bias the greedy text differs
+        forced_one = completion_text(max_tokens=1, logit_bias={"300": 100})
+        forced_five = completion_text(max_tokens=5, temperature=1.0, seed=9, logit_bias={"300": 100})
+        check(forced_one != "" and forced_five == forced_one * 5 and forced_five != plain,
+              f"logit_bias +100 forces token 300: {forced_one!r} x5 vs {forced_five!r} (plain {plain!r})")
+        check(completion_text(logit_bias={"300": 0}) == plain, "a zero bias leaves the greedy text as it was")
 
         # 8 concurrent requests equal the same requests one at a time
         def ask(i):
@@ -270,6 +278,8 @@ def main():
         expect(400, '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": -5}', "negative max_tokens")
         expect(400, '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1000000000}', "huge max_tokens")
         expect(400, '{"messages": []}', "no messages")
+        expect(400, '{"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"99999999": 1}}',
+               "a logit_bias token outside the vocabulary")
         expect(400, b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}', "invalid UTF-8")
         expect(413, b'{"prompt": "' + b"a" * (100 << 20) + b'"}', "a 100 MB body", path="/v1/completions")
         expect(401, '{"messages": [{"role": "user", "content": "hi"}]}', "a wrong API key", key="wrong")
