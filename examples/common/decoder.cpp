@@ -363,7 +363,8 @@ status decoder::last_logits(int seq, std::vector<float>& out) const {
   return sync();
 }
 
-status decoder::sample(std::span<const seq_sample> requests, std::vector<int32_t>& ids) {
+status decoder::sample(std::span<const seq_sample> requests, std::vector<int32_t>& ids,
+                       std::vector<launch::token_logprobs>* logprobs) {
   const int64_t S = cfg_.n_seq_max;
   if (int64_t(requests.size()) > S)
     return error(status_code::invalid_argument, "decoder::sample: more requests than sequences");
@@ -371,6 +372,7 @@ status decoder::sample(std::span<const seq_sample> requests, std::vector<int32_t
   // the repetition windows (the last `window` ids of each, newest first; -1 where the history is
   // shorter) and the logit-bias lists, each staged in one pinned buffer and uploaded in one copy
   size_t ring_total = 0, bias_total = 0, n_biased = 0;
+  bool any_logprobs = false;
   for (const seq_sample& r : requests) {
     Q35_TRY(check_seq(r.seq, "sample"));
     const std::string who = "decoder::sample: sequence " + std::to_string(r.seq);
@@ -380,8 +382,16 @@ status decoder::sample(std::span<const seq_sample> requests, std::vector<int32_t
                                                       " exceeds " + std::to_string(ops::sample_max_window) + " tokens");
     if (const status st = launch::check_logit_bias(r.bias, nv); !st.ok())
       return error(status_code::invalid_argument, who + ": " + st.message());
+    if (r.top_logprobs < -1 || r.top_logprobs > launch::logprobs_max_top)
+      return error(status_code::invalid_argument, who + ": top_logprobs = " + std::to_string(r.top_logprobs) +
+                                                      " is outside -1.." + std::to_string(launch::logprobs_max_top));
     if (launch::penalizes(r.params)) ring_total += size_t(r.params.repeat_last_n);
     bias_total += r.bias.size(), n_biased += r.bias.empty() ? 0 : 1;
+    any_logprobs = any_logprobs || (logprobs && r.top_logprobs >= 0);
+  }
+  if (any_logprobs && logprobs_.size() < size_t(S)) {
+    Q35_TRY(logprobs_.allocate(size_t(S)));
+    Q35_TRY(logprobs_host_.allocate(size_t(S)));
   }
   stream_t s = stream();
   if (ring_total > 0) {
@@ -410,7 +420,8 @@ status decoder::sample(std::span<const seq_sample> requests, std::vector<int32_t
   for (size_t i = 0; i < requests.size(); ++i) {
     const seq_sample& r = requests[i];
     launch::sample_args a;
-    a.logits = logits_.data() + seqs_[size_t(r.seq)].logits_row * int64_t(nv);
+    const float* raw = logits_.data() + seqs_[size_t(r.seq)].logits_row * int64_t(nv);
+    a.logits = raw;
     if (!r.bias.empty()) {  // the sampler reads a biased copy: the step's logits stay as computed
       launch::logit_bias_args b;
       b.logits = a.logits, b.out = biased_logits_.data() + biased++ * size_t(nv);
@@ -428,14 +439,27 @@ status decoder::sample(std::span<const seq_sample> requests, std::vector<int32_t
     a.out_ids = result_.data() + i;
     a.workspace = sample_ws_.data(), a.workspace_bytes = sample_ws_.bytes();
     Q35_TRY(launch::sample(a, s));
+    if (logprobs && r.top_logprobs >= 0) {
+      launch::logprobs_args lp;
+      lp.logits = raw, lp.n_rows = 1, lp.n_vocab = nv, lp.ids = a.out_ids, lp.top_n = r.top_logprobs;
+      lp.out = logprobs_.data() + i;
+      Q35_TRY(launch::logprobs(lp, s));
+    }
   }
   // the one host synchronization of a decode step: the ids and the kernels' error flag in one copy
+  // (and the log-probabilities in a second, when asked for)
   Q35_TRY(result_.download(result_host_.data(), size_t(S + 1), s));
+  if (any_logprobs) Q35_TRY(logprobs_.download(logprobs_host_.data(), requests.size(), s));
   Q35_TRY(sync());
   // The uploads above read recent_host_ and bias_host_ asynchronously: the sync() has completed them too.
   if (result_host_[size_t(S)])
     return error(status_code::kernel_fault, "a kernel reported an out-of-range token or expert id");
   ids.assign(result_host_.data(), result_host_.data() + requests.size());
+  if (logprobs) {
+    logprobs->assign(requests.size(), launch::token_logprobs{});
+    for (size_t i = 0; i < requests.size(); ++i)
+      if (requests[i].top_logprobs >= 0) (*logprobs)[i] = logprobs_host_[i];
+  }
   return status::success();
 }
 

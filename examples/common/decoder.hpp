@@ -53,6 +53,7 @@
 #include "q35/kv/recurrent_state.hpp"
 #include "q35/launch/expert_load.hpp"
 #include "q35/launch/logit_bias.hpp"
+#include "q35/launch/logprobs.hpp"
 #include "q35/launch/sample.hpp"
 #include "q35/ops/router.hpp"
 
@@ -145,6 +146,9 @@ struct seq_sample {
   // Added to the logits before the penalties and filters (launch::add_logit_bias): ids in
   // [0, n_vocab), at most launch::logit_bias_max_entries; an id listed twice gets both biases in order.
   std::span<const launch::logit_bias_entry> bias;
+  // -1: none; 0 .. launch::logprobs_max_top: the drawn id's log-probability and this many of the most
+  // likely ids with theirs, from the step's logits as computed (before bias and penalties).
+  int top_logprobs = -1;
 };
 
 // Checks that the compiled kernels serve every shape of `h`; the message names the GGUF key, the file's
@@ -175,7 +179,10 @@ class decoder {
   status step(std::span<const seq_input> inputs, std::vector<float>* host_logits = nullptr);
   // Draws the next token of each listed sequence on the device (each with its own parameters and its
   // own random stream, which clear(seq) restarts); `ids` receives them in order. One host synchronization.
-  status sample(std::span<const seq_sample> requests, std::vector<int32_t>& ids);
+  // With `logprobs`, it receives one entry per request (id -1 for those that asked for none); computing
+  // them adds one launch per asking request and one download.
+  status sample(std::span<const seq_sample> requests, std::vector<int32_t>& ids,
+                std::vector<launch::token_logprobs>* logprobs = nullptr);
 
   int n_seq_max() const { return cfg_.n_seq_max; }
   int32_t n_vocab() const { return m_ ? int32_t(m_->hparams().n_vocab) : 0; }  // logits per row
@@ -353,8 +360,10 @@ class decoder {
   pinned_buffer<int32_t> recent_host_;
   device_buffer<launch::logit_bias_entry> bias_;  // the biased requests' lists, one after another
   pinned_buffer<launch::logit_bias_entry> bias_host_;
-  device_buffer<float> biased_logits_;  // [biased requests][n_vocab]
-  device_buffer<int32_t> result_;       // [n_seq_max + 1]: sampled ids, then the kernels' error flag
+  device_buffer<float> biased_logits_;              // [biased requests][n_vocab]
+  device_buffer<launch::token_logprobs> logprobs_;  // [n_seq_max], taken on first use
+  pinned_buffer<launch::token_logprobs> logprobs_host_;
+  device_buffer<int32_t> result_;  // [n_seq_max + 1]: sampled ids, then the kernels' error flag
   pinned_buffer<int32_t> result_host_;
   device_buffer<uint64_t> rng_counters_;  // [n_seq_max]: each sequence's random stream
   device_buffer<uint8_t> sample_ws_;

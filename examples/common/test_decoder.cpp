@@ -348,6 +348,37 @@ TEST_CASE("decoder: a decode step is one upload (also on a new page), one downlo
   CHECK(d.sample({&bad_bias, 1}, ids).message() ==
         "decoder::sample: sequence 0: launch::add_logit_bias: entry 1: id " + std::to_string(before.size()) +
             " is outside the vocabulary of " + std::to_string(before.size()) + " tokens");
+
+  // log-probabilities from the logits as computed (the bias and penalties change the draw, not them):
+  // the drawn id's and the 5 most likely, against a float64 softmax; a second download, one sync
+  gen::seq_sample asking{0, fp, hist, bias};
+  asking.top_logprobs = 5;
+  std::vector<launch::token_logprobs> lps;
+  const sim::api_counts l0 = sim::api_snapshot();
+  Q35_OK(d.sample({&asking, 1}, ids, &lps));
+  const sim::api_counts lc = sim::api_snapshot() - l0;
+  CHECK(lc.d2h_copies == 2);
+  CHECK(lc.synchronizations == 1);
+  REQUIRE(lps.size() == 1);
+  CHECK(ids == std::vector<int32_t>{want});
+  CHECK(lps[0].id == want);
+  const double top = *std::max_element(before.begin(), before.end());
+  double z = 0;
+  for (float v : before) z += std::exp(double(v) - top);
+  const auto logprob = [&](int32_t i) { return double(before[size_t(i)]) - top - std::log(z); };
+  CHECK(std::fabs(lps[0].logprob - logprob(want)) <= 1e-5);
+  std::vector<int32_t> order(before.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = int32_t(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t x, int32_t y) { return before[size_t(x)] > before[size_t(y)]; });
+  REQUIRE(lps[0].n_top == 5);
+  for (int k = 0; k < 5; ++k) {
+    CHECK(lps[0].top_ids[k] == order[size_t(k)]);
+    CHECK(std::fabs(lps[0].top_logprobs[k] - logprob(order[size_t(k)])) <= 1e-5);
+  }
+  asking.top_logprobs = 21;
+  CHECK(d.sample({&asking, 1}, ids, &lps).message() ==
+        "decoder::sample: sequence 0: top_logprobs = 21 is outside -1..20");
 }
 
 // A decode step's graph is recorded once, for the step after the prompt, and replayed while the
