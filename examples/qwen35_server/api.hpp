@@ -5,12 +5,17 @@
 // Request policy (what llama-server and vLLM accept, made strict where they silently drift):
 // - Unknown top-level fields are rejected with 400 naming the field, except an allow-list of fields
 //   common clients send that change nothing here: user, metadata, store, service_tier,
-//   parallel_tool_calls, logprobs (false only), top_logprobs (0 only).
+//   parallel_tool_calls.
 //   Unknown message fields are rejected the same way, except refusal and annotations (clients echo
 //   them back from earlier responses). An explicit null counts as absent everywhere.
 // - presence_penalty and frequency_penalty ([-2, 2], OpenAI's range) and repetition_penalty apply
 //   as llama-server applies them: over the request's last 64 tokens, prompt included (llama.cpp's
 //   penalties sampler; vLLM counts only the generated tokens for the first two).
+// - logprobs: chat's logprobs: true with top_logprobs 0..20, completions' logprobs 0..20 (OpenAI allows
+//   5 there; vLLM 20): the log-probabilities of the logits as computed (before bias, penalties and
+//   temperature: vLLM's default), for every generated token up to the one that completes a stop string,
+//   reasoning and tool-call tokens included; streamed, each chunk carries those of the tokens that
+//   arrived since the previous chunk. A log-probability of -inf is sent as -9999.0 (vLLM's value).
 // - logit_bias: {"<token id>": bias in [-100, 100]} (OpenAI), or false for a token never to be drawn
 //   (llama-server); added to the logits before the penalties (llama.cpp's order), at most 1,024 tokens.
 // - tool_choice: "auto" (the default) is honoured; "none" leaves the tools out of the prompt and the
@@ -39,6 +44,9 @@ struct api_error {
 
 // {"error":{"message":...,"type":...,"param":...|null,"code":null}}
 std::string error_body(const api_error& e);
+
+// The longest top_logprobs list (launch::logprobs_max_top).
+inline constexpr int max_top_logprobs = 20;
 
 struct api_limits {
   int64_t max_tokens = 32768;        // the largest max_tokens accepted (the server's context)
@@ -83,8 +91,9 @@ struct chat_request {
   sampling_options sampling;
   std::optional<int64_t> max_tokens;  // none: the server's choice (the rest of the context)
   bool stream = false;
-  bool include_usage = false;  // stream_options.include_usage
-  output_options output;       // thinking, tools (empty under tool_choice "none") and stop strings
+  bool include_usage = false;       // stream_options.include_usage
+  output_options output;            // thinking, tools (empty under tool_choice "none") and stop strings
+  std::optional<int> top_logprobs;  // logprobs: true, with this many of the most likely tokens
 };
 
 struct completion_request {
@@ -95,6 +104,7 @@ struct completion_request {
   bool stream = false;
   bool include_usage = false;
   std::vector<std::string> stop;
+  std::optional<int> top_logprobs;  // logprobs: N
 };
 
 // POST /v1/chat/completions and /v1/completions bodies. Errors: 400 naming the field (and the value or
@@ -201,13 +211,26 @@ struct response_meta {
 // prefix + 24 random alphanumerics.
 std::string new_id(std::string_view prefix);
 
+// One generated token's log-probability and the most likely tokens at its position.
+struct token_logprob {
+  std::string token;  // its bytes (a token may hold part of a UTF-8 character)
+  double logprob = 0;
+  size_t text_offset = 0;  // where its bytes start in the generated text
+  std::vector<std::pair<std::string, double>> top;
+};
+// A choice's "logprobs" (null when not asked for): chat's {"content": [{token, logprob, bytes,
+// top_logprobs}], "refusal": null}, or the completions' {tokens, token_logprobs, top_logprobs (objects
+// token -> logprob), text_offset}. A token that is not whole UTF-8 shows U+FFFD in "token"; "bytes"
+// holds it exactly.
+
 // A chat.completion object. content is null when empty and tool calls exist; reasoning_content and
 // tool_calls appear only when non-empty; finish_reason stop becomes tool_calls when calls exist.
+// logprobs: null when not given.
 std::string chat_completion_body(const response_meta& meta, const parsed_output& out, finish_reason finish,
-                                 const usage_info& usage);
+                                 const usage_info& usage, const std::vector<token_logprob>* logprobs = nullptr);
 // A text_completion object.
 std::string completion_body(const response_meta& meta, std::string_view text, finish_reason finish,
-                            const usage_info& usage);
+                            const usage_info& usage, const std::vector<token_logprob>* logprobs = nullptr);
 // GET /v1/models.
 std::string models_body(std::span<const std::string> model_ids, int64_t created, std::string_view owned_by = "q35");
 
@@ -221,8 +244,10 @@ class chat_stream {
  public:
   chat_stream(response_meta meta, bool include_usage) : meta_(std::move(meta)), include_usage_(include_usage) {}
   std::string begin() const;
-  std::string delta(const stream_delta& d);
-  std::string end(finish_reason finish, const usage_info& usage) const;
+  // "" for a delta without text; logprobs (when given) go in the chunk's choice.
+  std::string delta(const stream_delta& d, const std::vector<token_logprob>* logprobs = nullptr);
+  std::string end(finish_reason finish, const usage_info& usage,
+                  const std::vector<token_logprob>* logprobs = nullptr) const;
 
  private:
   response_meta meta_;
@@ -234,8 +259,9 @@ class chat_stream {
 class completion_stream {
  public:
   completion_stream(response_meta meta, bool include_usage) : meta_(std::move(meta)), include_usage_(include_usage) {}
-  std::string delta(std::string_view text) const;
-  std::string end(finish_reason finish, const usage_info& usage) const;
+  std::string delta(std::string_view text, const std::vector<token_logprob>* logprobs = nullptr) const;
+  std::string end(finish_reason finish, const usage_info& usage,
+                  const std::vector<token_logprob>* logprobs = nullptr) const;
 
  private:
   response_meta meta_;

@@ -405,8 +405,11 @@ std::variant<chat_request, api_error> parse_chat_request(std::string_view body_t
     common_fields(body, limits, r.sampling, r.stream, r.include_usage, r.output.stop);
     r.max_tokens = get_int(body, "", "max_tokens", 1, limits.max_tokens);
     if (auto m = get_int(body, "", "max_completion_tokens", 1, limits.max_tokens)) r.max_tokens = m;
-    if (get_bool(body, "", "logprobs").value_or(false)) fail("logprobs", "'logprobs' is not supported");
-    get_int(body, "", "top_logprobs", 0, 0);
+    const auto top = get_int(body, "", "top_logprobs", 0, max_top_logprobs);
+    if (get_bool(body, "", "logprobs").value_or(false))
+      r.top_logprobs = int(top.value_or(0));
+    else if (top.value_or(0) > 0)
+      fail("top_logprobs", "'top_logprobs' needs 'logprobs': true");
     get_bool(body, "", "parallel_tool_calls");
     if (const json* rf = get_object(body, "", "response_format")) {
       const std::string type = get_string(*rf, "response_format", "type").value_or("");
@@ -493,7 +496,7 @@ std::variant<completion_request, api_error> parse_completion_request(std::string
     get_int(body, "", "best_of", 1, 1);
     if (get_bool(body, "", "echo").value_or(false)) fail("echo", "'echo' is not supported (only false)");
     if (get(body, "suffix")) fail("suffix", "'suffix' is not supported (no fill-in-the-middle)");
-    get_int(body, "", "logprobs", 0, 0);
+    if (const auto n = get_int(body, "", "logprobs", 0, max_top_logprobs)) r.top_logprobs = int(*n);
     return r;
   });
 }

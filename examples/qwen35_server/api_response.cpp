@@ -1,9 +1,11 @@
 // Response bodies, SSE frames and the API key check of qwen35_server.
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "api.hpp"
 #include "json_util.hpp"
+#include "q35/io/utf8.hpp"
 
 namespace q35::server {
 namespace {
@@ -49,6 +51,47 @@ std::string tail(const response_meta& meta, const char* object, bool include_usa
   return out;
 }
 
+// -inf (and NaN) as vLLM sends them: JSON has no infinity.
+double finite_logprob(double v) { return std::isfinite(v) ? v : -9999.0; }
+
+json bytes_json(const std::string& t) {
+  json b = json::array();
+  for (unsigned char c : t) b.push_back(int(c));
+  return b;
+}
+
+json chat_logprobs(const std::vector<token_logprob>* tokens) {
+  if (!tokens) return nullptr;
+  json content = json::array();
+  for (const token_logprob& t : *tokens) {
+    json top = json::array();
+    for (const auto& [tok, lp] : t.top)
+      top.push_back({{"token", io::sanitize_utf8(tok)}, {"logprob", finite_logprob(lp)}, {"bytes", bytes_json(tok)}});
+    content.push_back({{"token", io::sanitize_utf8(t.token)},
+                       {"logprob", finite_logprob(t.logprob)},
+                       {"bytes", bytes_json(t.token)},
+                       {"top_logprobs", std::move(top)}});
+  }
+  return {{"content", std::move(content)}, {"refusal", nullptr}};
+}
+
+json completion_logprobs(const std::vector<token_logprob>* tokens) {
+  if (!tokens) return nullptr;
+  json toks = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+  for (const token_logprob& t : *tokens) {
+    toks.push_back(io::sanitize_utf8(t.token));
+    lps.push_back(finite_logprob(t.logprob));
+    json top = json::object();
+    for (const auto& [tok, lp] : t.top) top[io::sanitize_utf8(tok)] = finite_logprob(lp);
+    tops.push_back(std::move(top));
+    offsets.push_back(t.text_offset);
+  }
+  return {{"tokens", std::move(toks)},
+          {"token_logprobs", std::move(lps)},
+          {"top_logprobs", std::move(tops)},
+          {"text_offset", std::move(offsets)}};
+}
+
 }  // namespace
 
 std::string new_id(std::string_view prefix) {
@@ -60,7 +103,7 @@ std::string new_id(std::string_view prefix) {
 }
 
 std::string chat_completion_body(const response_meta& meta, const parsed_output& out, finish_reason finish,
-                                 const usage_info& usage) {
+                                 const usage_info& usage, const std::vector<token_logprob>* logprobs) {
   json message = {{"role", "assistant"}};
   message["content"] = out.content.empty() && !out.tool_calls.empty() ? json(nullptr) : json(out.content);
   if (!out.reasoning_content.empty()) message["reasoning_content"] = out.reasoning_content;
@@ -70,17 +113,21 @@ std::string chat_completion_body(const response_meta& meta, const parsed_output&
     if (finish == finish_reason::stop) finish = finish_reason::tool_calls;
   }
   json j = head(meta, "chat.completion");
-  j["choices"] = json::array(
-      {{{"index", 0}, {"message", std::move(message)}, {"logprobs", nullptr}, {"finish_reason", finish_name(finish)}}});
+  j["choices"] = json::array({{{"index", 0},
+                               {"message", std::move(message)},
+                               {"logprobs", chat_logprobs(logprobs)},
+                               {"finish_reason", finish_name(finish)}}});
   j["usage"] = usage_json(usage);
   return detail::dump(j);
 }
 
 std::string completion_body(const response_meta& meta, std::string_view text, finish_reason finish,
-                            const usage_info& usage) {
+                            const usage_info& usage, const std::vector<token_logprob>* logprobs) {
   json j = head(meta, "text_completion");
-  j["choices"] = json::array(
-      {{{"text", std::string(text)}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_name(finish)}}});
+  j["choices"] = json::array({{{"text", std::string(text)},
+                               {"index", 0},
+                               {"logprobs", completion_logprobs(logprobs)},
+                               {"finish_reason", finish_name(finish)}}});
   j["usage"] = usage_json(usage);
   return detail::dump(j);
 }
@@ -103,7 +150,7 @@ std::string chat_stream::begin() const {
                include_usage_);
 }
 
-std::string chat_stream::delta(const stream_delta& d) {
+std::string chat_stream::delta(const stream_delta& d, const std::vector<token_logprob>* logprobs) {
   json delta;
   if (d.kind == delta_kind::tool_call) {
     // streamed calls carry their position, and come whole: id, name and all the arguments at once
@@ -115,29 +162,41 @@ std::string chat_stream::delta(const stream_delta& d) {
     if (d.text.empty()) return "";
     delta[d.kind == delta_kind::reasoning ? "reasoning_content" : "content"] = d.text;
   }
-  return chunk(meta_, "chat.completion.chunk",
-               {{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", nullptr}},
-               include_usage_);
+  return chunk(
+      meta_, "chat.completion.chunk",
+      {{"index", 0}, {"delta", std::move(delta)}, {"logprobs", chat_logprobs(logprobs)}, {"finish_reason", nullptr}},
+      include_usage_);
 }
 
-std::string chat_stream::end(finish_reason finish, const usage_info& usage) const {
+std::string chat_stream::end(finish_reason finish, const usage_info& usage,
+                             const std::vector<token_logprob>* logprobs) const {
   if (finish == finish_reason::stop && n_calls_ > 0) finish = finish_reason::tool_calls;
   return chunk(meta_, "chat.completion.chunk",
-               {{"index", 0}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", finish_name(finish)}},
+               {{"index", 0},
+                {"delta", json::object()},
+                {"logprobs", chat_logprobs(logprobs)},
+                {"finish_reason", finish_name(finish)}},
                include_usage_) +
          tail(meta_, "chat.completion.chunk", include_usage_, usage);
 }
 
-std::string completion_stream::delta(std::string_view text) const {
+std::string completion_stream::delta(std::string_view text, const std::vector<token_logprob>* logprobs) const {
   if (text.empty()) return "";
   return chunk(meta_, "text_completion",
-               {{"text", std::string(text)}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullptr}},
+               {{"text", std::string(text)},
+                {"index", 0},
+                {"logprobs", completion_logprobs(logprobs)},
+                {"finish_reason", nullptr}},
                include_usage_);
 }
 
-std::string completion_stream::end(finish_reason finish, const usage_info& usage) const {
+std::string completion_stream::end(finish_reason finish, const usage_info& usage,
+                                   const std::vector<token_logprob>* logprobs) const {
   return chunk(meta_, "text_completion",
-               {{"text", ""}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_name(finish)}},
+               {{"text", ""},
+                {"index", 0},
+                {"logprobs", completion_logprobs(logprobs)},
+                {"finish_reason", finish_name(finish)}},
                include_usage_) +
          tail(meta_, "text_completion", include_usage_, usage);
 }

@@ -170,6 +170,9 @@ submit_result scheduler::submit(request r) {
                     "logit_bias: token " + std::to_string(e.id) +
                         (std::isnan(e.bias) ? " has a NaN bias"
                                             : " is outside the vocabulary of " + std::to_string(cfg_.n_vocab)));
+  if (r.top_logprobs < -1 || r.top_logprobs > launch::logprobs_max_top)
+    return refuse(submit_error::invalid_request, "top_logprobs = " + std::to_string(r.top_logprobs) +
+                                                     " is outside -1.." + std::to_string(launch::logprobs_max_top));
   if (r.logit_bias.size() > size_t(launch::logit_bias_max_entries))
     return refuse(submit_error::invalid_request, "logit_bias: " + std::to_string(r.logit_bias.size()) +
                                                      " tokens, at most " +
@@ -434,6 +437,7 @@ bool scheduler::step_once() {
     return true;
   }
   std::vector<gen::seq_sample> draws;
+  bool any_logprobs = false;
   std::vector<size_t> drawn;  // active_ index of each draw
   for (size_t k = 0; k < inputs.size(); ++k) {
     active& a = active_[who[k]];
@@ -442,7 +446,8 @@ bool scheduler::step_once() {
       checkpoint(a);
     }
     if (a.fed == int64_t(a.w.req.prompt.size())) {
-      draws.push_back({a.seq, a.w.req.sampling, a.history, a.w.req.logit_bias});
+      draws.push_back({a.seq, a.w.req.sampling, a.history, a.w.req.logit_bias, a.w.req.top_logprobs});
+      any_logprobs = any_logprobs || a.w.req.top_logprobs >= 0;
       drawn.push_back(who[k]);
     }
   }
@@ -451,7 +456,8 @@ bool scheduler::step_once() {
   std::vector<std::pair<size_t, finish_info>> endings;  // active_ index, why
   if (!draws.empty()) {
     std::vector<int32_t> ids;
-    const status ds = d_->sample(draws, ids);
+    std::vector<launch::token_logprobs> lps;
+    const status ds = d_->sample(draws, ids, any_logprobs ? &lps : nullptr);
     for (size_t k = 0; k < drawn.size(); ++k) {
       active& a = active_[drawn[k]];
       if (!ds.ok()) {
@@ -471,7 +477,7 @@ bool scheduler::step_once() {
       }
       if (a.w.req.on_token) {
         try {
-          a.w.req.on_token(id);
+          a.w.req.on_token(id, a.w.req.top_logprobs >= 0 ? &lps[k] : nullptr);
         } catch (const std::exception& e) {
           endings.push_back({drawn[k], {outcome::error, std::string("on_token threw: ") + e.what()}});
           continue;

@@ -80,10 +80,14 @@ struct finish_info {
 struct request {
   std::vector<int32_t> prompt;  // token ids, 1 .. n_ctx of them
   launch::sampling_params sampling;
-  std::vector<launch::logit_bias_entry> logit_bias;  // added to every draw's logits (launch::add_logit_bias)
-  int64_t max_tokens = 16;                           // ids drawn at most, >= 1
-  std::function<void(int32_t id)> on_token;          // each drawn id but a stop id, as it is drawn
+  int64_t max_tokens = 16;  // ids drawn at most, >= 1
+  // Each drawn id but a stop id, as it is drawn; `logprobs` holds its log-probabilities when
+  // top_logprobs >= 0, else is null (valid during the call only).
+  std::function<void(int32_t id, const launch::token_logprobs* logprobs)> on_token;
   std::function<void(const finish_info&)> on_done;   // exactly once per accepted request
+  std::vector<launch::logit_bias_entry> logit_bias;  // added to every draw's logits (launch::add_logit_bias)
+  int top_logprobs = -1;  // -1: none; 0 .. launch::logprobs_max_top: with each id, its log-probability
+                          // and this many of the most likely ids (launch::logprobs)
 };
 
 namespace detail {

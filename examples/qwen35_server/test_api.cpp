@@ -107,6 +107,9 @@ TEST_CASE("server api: every supported field maps onto the request") {
   CHECK(r.sampling.presence_penalty == 0.5f);
   CHECK(r.sampling.frequency_penalty == -1.0f);
   CHECK(r.sampling.seed == 42u);
+  CHECK(!r.top_logprobs);  // logprobs false (top_logprobs 0 alone is accepted)
+  CHECK(chat_ok(with_fields(R"("logprobs": true)")).top_logprobs == 0);
+  CHECK(chat_ok(with_fields(R"("logprobs": true, "top_logprobs": 20)")).top_logprobs == 20);
   using bias = std::pair<int32_t, float>;  // in the order sent
   CHECK(r.sampling.logit_bias == std::vector<bias>{{42, 5.0f}, {7, -100.0f}, {0, -INFINITY}, {248319, 0.25f}});
   CHECK(r.output.stop == std::vector<std::string>{"###", "END"});  // empty stop strings dropped
@@ -377,8 +380,9 @@ TEST_CASE("server api: unknown fields and wrong types name the field") {
        "\"json_object\" is not supported"},
       {with_fields(R"("response_format": {"type": "json_schema", "json_schema": {}})"), "response_format.type",
        "\"json_schema\" is not supported"},
-      {with_fields(R"("logprobs": true)"), "logprobs", "'logprobs' is not supported"},
-      {with_fields(R"("top_logprobs": 5)"), "top_logprobs", "between 0 and 0, got 5"},
+      {with_fields(R"("logprobs": true, "top_logprobs": 21)"), "top_logprobs", "between 0 and 20, got 21"},
+      {with_fields(R"("top_logprobs": 5)"), "top_logprobs", "'top_logprobs' needs 'logprobs': true"},
+      {with_fields(R"("logprobs": 1)"), "logprobs", "must be a boolean, got a number"},
       {with_fields(R"("logit_bias": [[42, 5]])"), "logit_bias", "'logit_bias' must be an object, got an array"},
       {with_fields(R"("logit_bias": {"42": 101})"), "logit_bias.42", "'logit_bias.42' must be in [-100, 100], got 101"},
       {with_fields(R"("logit_bias": {"42": "5"})"), "logit_bias.42", "must be a number in [-100, 100] (or false"},
@@ -488,6 +492,10 @@ TEST_CASE("server api: completion requests") {
   auto one = srv::parse_completion_request(R"({"prompt": ["x"], "echo": false, "suffix": null, "best_of": 1})");
   REQUIRE(std::holds_alternative<completion_request>(one));
   CHECK(std::get<completion_request>(one).prompt == "x");
+  CHECK(!std::get<completion_request>(one).top_logprobs);
+  auto with_logprobs = srv::parse_completion_request(R"({"prompt": "x", "logprobs": 3})");
+  REQUIRE(std::holds_alternative<completion_request>(with_logprobs));
+  CHECK(std::get<completion_request>(with_logprobs).top_logprobs == 3);
   auto biased = srv::parse_completion_request(R"({"prompt": "x", "logit_bias": {"3": -1.5}})");
   REQUIRE(std::holds_alternative<completion_request>(biased));
   CHECK(std::get<completion_request>(biased).sampling.logit_bias == std::vector<std::pair<int32_t, float>>{{3, -1.5f}});
@@ -501,7 +509,8 @@ TEST_CASE("server api: completion requests") {
                     {R"({"prompt": "x", "suffix": "y"})", "suffix", "not supported"},
                     {R"({"prompt": "x", "best_of": 2})", "best_of", "between 1 and 1"},
                     {R"({"prompt": "x", "n": 3})", "n", "between 1 and 1"},
-                    {R"({"prompt": "x", "logprobs": 2})", "logprobs", "between 0 and 0"},
+                    {R"({"prompt": "x", "logprobs": 21})", "logprobs", "between 0 and 20, got 21"},
+                    {R"({"prompt": "x", "logprobs": true})", "logprobs", "must be an integer"},
                     {R"({"prompt": "x", "max_tokens": 0})", "max_tokens", "between 1 and"},
                     {R"({"prompt": "x", "max_completion_tokens": 5})", "max_completion_tokens", "unknown field"},
                     {R"({"prompt": "x", "messages": []})", "messages", "unknown field"}},

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cctype>
+#include <cmath>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -90,6 +91,43 @@ TEST_CASE("server api: chat.completion bodies") {
     CHECK(k["choices"][0]["finish_reason"] == "length");
     CHECK(k["choices"][0]["message"]["content"] == "Let me check.");
   }
+}
+
+TEST_CASE("server api: logprobs in OpenAI's chat and completions shapes, whole and streamed") {
+  // "Hé" split inside the é: the first token's bytes are not whole UTF-8
+  std::vector<srv::token_logprob> lps(2);
+  lps[0].token = "H\xc3", lps[0].logprob = -0.25, lps[0].text_offset = 0;
+  lps[0].top = {{"H\xc3", -0.25}, {"Hi", -1.5}};
+  lps[1].token = "\xa9", lps[1].logprob = -INFINITY, lps[1].text_offset = 2;
+  const json chat_tokens = json::array(
+      {{{"token", "H\xef\xbf\xbd"},
+        {"logprob", -0.25},
+        {"bytes", {72, 195}},
+        {"top_logprobs",
+         {{{"token", "H\xef\xbf\xbd"}, {"logprob", -0.25}, {"bytes", {72, 195}}},
+          {{"token", "Hi"}, {"logprob", -1.5}, {"bytes", {72, 105}}}}}},
+       {{"token", "\xef\xbf\xbd"}, {"logprob", -9999.0}, {"bytes", {169}}, {"top_logprobs", json::array()}}});
+  const json chat = json::parse(srv::chat_completion_body(meta, {}, srv::finish_reason::stop, {1, 2}, &lps));
+  CHECK(chat["choices"][0]["logprobs"] == json{{"content", chat_tokens}, {"refusal", nullptr}});
+  const json text = json::parse(srv::completion_body(meta, "H\xc3\xa9", srv::finish_reason::stop, {1, 2}, &lps));
+  CHECK(text["choices"][0]["logprobs"] ==
+        json{{"tokens", {"H\xef\xbf\xbd", "\xef\xbf\xbd"}},
+             {"token_logprobs", {-0.25, -9999.0}},
+             {"top_logprobs", {{{"H\xef\xbf\xbd", -0.25}, {"Hi", -1.5}}, json::object()}},
+             {"text_offset", {0, 2}}});
+  // streamed: a delta's chunk and the finish chunk carry them
+  srv::chat_stream cs(meta, false);
+  srv::stream_delta d;
+  d.text = "H\xc3\xa9";
+  const frames f = parse_frames(cs.delta(d, &lps) + cs.end(srv::finish_reason::stop, {1, 2}, &lps));
+  REQUIRE(f.objects.size() == 2);
+  CHECK(f.objects[0]["choices"][0]["logprobs"]["content"] == chat_tokens);
+  CHECK(f.objects[1]["choices"][0]["logprobs"]["content"] == chat_tokens);
+  CHECK(parse_frames(cs.delta(d)).objects[0]["choices"][0]["logprobs"].is_null());
+  const srv::completion_stream ts(meta, false);
+  const frames g = parse_frames(ts.delta("x", &lps) + ts.end(srv::finish_reason::length, {1, 2}, nullptr));
+  CHECK(g.objects[0]["choices"][0]["logprobs"]["token_logprobs"] == json{-0.25, -9999.0});
+  CHECK(g.objects[1]["choices"][0]["logprobs"].is_null());
 }
 
 TEST_CASE("server api: text_completion and model list bodies") {

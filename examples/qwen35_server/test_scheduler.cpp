@@ -22,11 +22,15 @@ void check_batched_equals_alone(const char* gguf) {
   const size_t lengths[] = {7, 1, 37, 3, 8, 12};
   const int64_t max_tokens[] = {5, 4, 3, 6, 4, 5};
   const int n = 6;
+  // log-probabilities: none, the drawn id's alone, and with the 3 most likely
+  const int top_logprobs[] = {-1, 0, 3, -1, 3, 0};
   std::vector<std::vector<int32_t>> prompts, truth;
+  std::vector<std::vector<launch::token_logprobs>> truth_logprobs(n);
   int64_t steps_alone = 0, prompt_total = 0, gen_total = 0;
   for (int i = 0; i < n; ++i) {
     prompts.push_back(random_prompt(lengths[i], n_vocab(*l), 11 + uint32_t(i)));
-    truth.push_back(alone(d, n_batch, prompts.back(), sampling(i), max_tokens[i]));
+    truth.push_back(
+        alone(d, n_batch, prompts.back(), sampling(i), max_tokens[i], -1, top_logprobs[i], &truth_logprobs[size_t(i)]));
     steps_alone += (int64_t(lengths[i]) + n_batch - 1) / n_batch + max_tokens[i] - 1;
     prompt_total += int64_t(lengths[i]), gen_total += max_tokens[i];
   }
@@ -40,8 +44,11 @@ void check_batched_equals_alone(const char* gguf) {
     const server::scheduler_metrics m = s.metrics();
     inconsistent += m.requests_finished + m.active_sequences + m.queue_length != m.requests_submitted;
   };
-  for (int i = 0; i < n; ++i)
-    submit_ok(s, make_request(prompts[size_t(i)], sampling(i), max_tokens[i], got[size_t(i)], consistent));
+  for (int i = 0; i < n; ++i) {
+    server::request q = make_request(prompts[size_t(i)], sampling(i), max_tokens[i], got[size_t(i)], consistent);
+    q.top_logprobs = top_logprobs[i];
+    submit_ok(s, std::move(q));
+  }
   CHECK(s.metrics().queue_length == n);
   int64_t most_active = 0;
   while (s.step_once()) most_active = std::max(most_active, s.metrics().active_sequences);
@@ -49,6 +56,13 @@ void check_batched_equals_alone(const char* gguf) {
     CAPTURE(i);
     const received& r = got[size_t(i)];
     CHECK(r.ids == truth[size_t(i)]);
+    // batch invariance carries over: the same logits rows give the same log-probabilities, bit for bit
+    REQUIRE(r.logprobs.size() == truth_logprobs[size_t(i)].size());
+    CHECK(r.logprobs.size() == (top_logprobs[i] >= 0 ? r.ids.size() : 0));
+    for (size_t t = 0; t < r.logprobs.size(); ++t) {
+      CHECK(same_logprobs(r.logprobs[t], truth_logprobs[size_t(i)][t]));
+      CHECK(r.logprobs[t].n_top == top_logprobs[i]);
+    }
     CHECK(r.n_done == 1);
     CHECK(r.fin.reason == outcome::length);
     CHECK(r.fin.prompt_tokens == int64_t(lengths[i]));
@@ -168,6 +182,9 @@ TEST_CASE("scheduler: the queue bound refuses, then accepts once admission makes
   refused(biased, "logit_bias: token 2 has a NaN bias");
   biased.logit_bias.assign(1025, {2, 1.0f});
   refused(biased, "logit_bias: 1025 tokens, at most 1024");
+  server::request asking = make_request({1}, greedy, 2, unused);
+  asking.top_logprobs = 21;
+  refused(asking, "top_logprobs = 21 is outside -1..20");
   CHECK(unused.n_done == 0);  // a refused request hears nothing
 
   // the configuration
@@ -187,7 +204,7 @@ TEST_CASE("scheduler: the queue bound refuses, then accepts once admission makes
   Q35_OK(d.eval(std::vector<int32_t>{1, 2}));
   init_refused(scheduler_config(8, n_vocab(*l)), "sequence 0 of the decoder holds 2 tokens");
   Q35_OK(d.clear(0));
-  CHECK(s.metrics().requests_rejected == 10);
+  CHECK(s.metrics().requests_rejected == 11);
   CHECK(s.metrics().requests_submitted == 3);
 }
 
@@ -363,7 +380,7 @@ TEST_CASE("scheduler: a failed step fails its requests, frees their sequences, a
   // a sink that throws fails its own request only
   received thrower, bystander;
   server::request q = make_request({4, 5}, greedy, 3, thrower);
-  q.on_token = [](int32_t) { throw std::runtime_error("client gone"); };
+  q.on_token = [](int32_t, const launch::token_logprobs*) { throw std::runtime_error("client gone"); };
   submit_ok(s, std::move(q));
   submit_ok(s, make_request({1, 2, 3}, greedy, 3, bystander));
   drain(s);

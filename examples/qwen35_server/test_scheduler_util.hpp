@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -63,8 +64,10 @@ inline launch::sampling_params sampling(int i) {
 
 // The truth a request is held to: its prompt fed to sequence 0 of the decoder by hand, in chunks of
 // n_batch tokens, then draw, feed, draw ... up to max_tokens ids or a stop id (included), or the context.
+// With top_logprobs >= 0, `logprobs` receives each draw's log-probabilities.
 inline std::vector<int32_t> alone(gen::decoder& d, int64_t n_batch, const std::vector<int32_t>& prompt,
-                                  const launch::sampling_params& p, int64_t max_tokens, int32_t stop_id = -1) {
+                                  const launch::sampling_params& p, int64_t max_tokens, int32_t stop_id = -1,
+                                  int top_logprobs = -1, std::vector<launch::token_logprobs>* logprobs = nullptr) {
   Q35_OK(d.clear(0));
   for (size_t i = 0; i < prompt.size(); i += size_t(n_batch)) {
     const size_t n = std::min(prompt.size() - i, size_t(n_batch));
@@ -73,9 +76,11 @@ inline std::vector<int32_t> alone(gen::decoder& d, int64_t n_batch, const std::v
   }
   std::vector<int32_t> history = prompt, out;
   for (;;) {
-    const gen::seq_sample r{0, p, history};
+    const gen::seq_sample r{0, p, history, {}, top_logprobs};
     std::vector<int32_t> ids;
-    Q35_OK(d.sample({&r, 1}, ids));
+    std::vector<launch::token_logprobs> lps;
+    Q35_OK(d.sample({&r, 1}, ids, logprobs ? &lps : nullptr));
+    if (logprobs && top_logprobs >= 0) logprobs->push_back(lps[0]);
     out.push_back(ids[0]);
     history.push_back(ids[0]);
     if (int64_t(out.size()) >= max_tokens || ids[0] == stop_id || d.n_past(0) + 1 > d.n_ctx()) break;
@@ -86,10 +91,24 @@ inline std::vector<int32_t> alone(gen::decoder& d, int64_t n_batch, const std::v
   return out;
 }
 
+// Whether two answers agree bit for bit on what they hold (the lists' unused slots are undefined).
+inline bool same_logprobs(const launch::token_logprobs& a, const launch::token_logprobs& b) {
+  const auto bits = [](float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+  };
+  if (a.id != b.id || bits(a.logprob) != bits(b.logprob) || a.n_top != b.n_top) return false;
+  for (int k = 0; k < a.n_top; ++k)
+    if (a.top_ids[k] != b.top_ids[k] || bits(a.top_logprobs[k]) != bits(b.top_logprobs[k])) return false;
+  return true;
+}
+
 // What one request received. Callbacks come from the stepping thread: guarded for the threaded test.
 struct received {
   std::mutex m;
   std::vector<int32_t> ids;
+  std::vector<launch::token_logprobs> logprobs;  // with each id, when the request asked for them
   int n_done = 0;
   server::finish_info fin;
   std::thread::id token_thread;
@@ -99,9 +118,10 @@ inline server::request make_request(std::vector<int32_t> prompt, const launch::s
                                     received& r, std::function<void()> after_done = {}) {
   server::request q;
   q.prompt = std::move(prompt), q.sampling = p, q.max_tokens = max_tokens;
-  q.on_token = [&r](int32_t id) {
+  q.on_token = [&r](int32_t id, const launch::token_logprobs* lp) {
     std::lock_guard<std::mutex> lk(r.m);
     r.ids.push_back(id);
+    if (lp) r.logprobs.push_back(*lp);
     r.token_thread = std::this_thread::get_id();
   };
   q.on_done = [&r, after_done](const server::finish_info& f) {

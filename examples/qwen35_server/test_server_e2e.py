@@ -16,6 +16,7 @@ usage: test_server_e2e.py SERVER_BINARY MODEL.gguf
 import concurrent.futures
 import http.client
 import json
+import math
 import re
 import select
 import signal
@@ -172,6 +173,14 @@ def overload_check(binary, model):
             t.join()
 
 
+def spelled(entry):
+    """Whether a chat logprobs entry's token is its bytes (U+FFFD standing in for a partial character)."""
+    try:
+        return bytes(entry.bytes).decode() == entry.token
+    except UnicodeDecodeError:
+        return "\ufffd" in entry.token
+
+
 def chat_text(msg):
     return (getattr(msg, "reasoning_content", None) or "") + "|" + (msg.content or "")
 
@@ -229,6 +238,55 @@ def main():
         check(forced_one != "" and forced_five == forced_one * 5 and forced_five != plain,
               f"logit_bias +100 forces token 300: {forced_one!r} x5 vs {forced_five!r} (plain {plain!r})")
         check(completion_text(logit_bias={"300": 0}) == plain, "a zero bias leaves the greedy text as it was")
+
+        # logprobs. Greedy, so each token is the most likely one: its log-probability is the first of
+        # its top list. Streamed chunks carry the same entries as the whole response.
+        whole = client.completions.create(model=mid, prompt="The weather today is", max_tokens=10, temperature=0,
+                                          logprobs=2)
+        lp = whole.choices[0].logprobs
+        n = len(lp.tokens)
+        check(n == whole.usage.completion_tokens - (whole.choices[0].finish_reason == "stop") and n > 0 and
+              len(lp.token_logprobs) == n and len(lp.top_logprobs) == n and len(lp.text_offset) == n,
+              f"completion logprobs: one entry per generated token: {lp}")
+        check(all(len(t) <= 2 and abs(v - max(t.values())) < 1e-6 and v <= 0 for v, t in
+                  zip(lp.token_logprobs, lp.top_logprobs)), f"greedy tokens top their lists: {lp}")
+        check("".join(lp.tokens) == whole.choices[0].text and lp.text_offset[0] == 0,
+              f"the tokens spell the text: {lp.tokens} vs {whole.choices[0].text!r}")
+        streamed = []
+        for c in client.completions.create(model=mid, prompt="The weather today is", max_tokens=10, temperature=0,
+                                           logprobs=2, stream=True):
+            if c.choices and c.choices[0].logprobs:
+                streamed += c.choices[0].logprobs.token_logprobs
+        check(streamed == lp.token_logprobs, f"streamed completion logprobs: {streamed} vs {lp.token_logprobs}")
+        # a stop string: the entries end with the token that completes it
+        stop = whole.choices[0].text[4:7]
+        cut = client.completions.create(model=mid, prompt="The weather today is", max_tokens=10, temperature=0,
+                                        logprobs=0, stop=[stop])
+        joined = "".join(cut.choices[0].logprobs.tokens)
+        check(len(stop) == 3 and joined.startswith(cut.choices[0].text + stop) and
+              not joined[:-1].startswith(cut.choices[0].text + stop) and
+              cut.choices[0].logprobs.top_logprobs == [{}] * len(cut.choices[0].logprobs.tokens),
+              f"logprobs up to the stop string {stop!r}: {joined!r}, text {cut.choices[0].text!r}")
+
+        msgs = [{"role": "user", "content": "Name three colors."}]
+        chat = client.chat.completions.create(model=mid, messages=msgs, max_tokens=8, temperature=0, logprobs=True,
+                                              top_logprobs=3)
+        content = chat.choices[0].logprobs.content
+        check(len(content) == chat.usage.completion_tokens - (chat.choices[0].finish_reason == "stop") and
+              all(len(e.top_logprobs) == 3 and e.top_logprobs[0].token == e.token and
+                  e.top_logprobs[0].logprob == e.logprob and spelled(e) and
+                  sum(math.exp(t.logprob) for t in e.top_logprobs) <= 1 + 1e-6 for e in content),
+              f"chat logprobs: {content}")
+        chunks = []
+        for c in client.chat.completions.create(model=mid, messages=msgs, max_tokens=8, temperature=0, logprobs=True,
+                                                top_logprobs=3, stream=True):
+            if c.choices and c.choices[0].logprobs:
+                chunks += c.choices[0].logprobs.content
+        check([(e.token, e.logprob) for e in chunks] == [(e.token, e.logprob) for e in content],
+              "streamed chat logprobs equal the whole response's")
+        plain_chat = client.chat.completions.create(model=mid, messages=msgs, max_tokens=8, temperature=0)
+        check(plain_chat.choices[0].logprobs is None and plain_chat.choices[0].message == chat.choices[0].message,
+              "without logprobs: null, and the same message")
 
         # 8 concurrent requests equal the same requests one at a time
         def ask(i):
