@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "bench_util.hpp"
+#include "q35/launch/logit_bias.hpp"
+#include "q35/launch/logprobs.hpp"
 #include "q35/launch/sample.hpp"
 
 namespace {
@@ -74,5 +76,60 @@ BENCHMARK_TEMPLATE(bm_sample, sample_mode::penalties)
     ->Args({4, 64})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
+
+// The extras a request may ask for around the draw: launch::logprobs (one pass over the row, 20-entry
+// lists) for 1 and 32 rows, and launch::add_logit_bias of a 16- and a 1,024-entry list (a row copy and
+// one small launch). Floor: the rows' bytes (read once; the bias also writes the copy).
+void bm_logprobs(benchmark::State& state) {
+  if (bench::skip_without_gpu(state)) return;
+#if Q35_BACKEND_CUDA
+  const int n_vocab = 248320, n_rows = int(state.range(0));
+  device_buffer<float> logits;
+  device_buffer<int32_t> ids;
+  device_buffer<launch::token_logprobs> out;
+  if (!logits.allocate(size_t(n_rows) * n_vocab).ok() || !ids.allocate(size_t(n_rows)).ok() ||
+      !out.allocate(size_t(n_rows)).ok() || !fill_bytes(ids.data(), 0, ids.bytes()).ok()) {
+    state.SkipWithError("allocation failed");
+    return;
+  }
+  std::mt19937_64 rng(2);
+  std::normal_distribution<float> d(0.0f, 2.5f);
+  std::vector<float> h(logits.size());
+  for (auto& x : h) x = d(rng);
+  (void)logits.upload(h.data(), h.size());
+  launch::logprobs_args a;
+  a.logits = logits.data(), a.n_rows = n_rows, a.n_vocab = n_vocab, a.ids = ids.data(), a.top_n = 20;
+  a.out = out.data();
+  bench::time_launches(state, [&](int) { return launch::logprobs(a); });
+  bench::report_bytes(state, double(n_rows) * n_vocab * sizeof(float));
+  state.SetLabel(bench::device_name() + " n_vocab=248320 top_n=20");
+#endif
+}
+
+void bm_logit_bias(benchmark::State& state) {
+  if (bench::skip_without_gpu(state)) return;
+#if Q35_BACKEND_CUDA
+  const int n_vocab = 248320, width = int(state.range(0));
+  device_buffer<float> logits, biased;
+  device_buffer<launch::logit_bias_entry> list;
+  std::vector<launch::logit_bias_entry> h(static_cast<size_t>(width));
+  for (int i = 0; i < width; ++i) h[size_t(i)] = {int32_t(i * 241 % n_vocab), 1.0f};
+  if (!logits.allocate(size_t(n_vocab)).ok() || !biased.allocate(size_t(n_vocab)).ok() ||
+      !fill_bytes(logits.data(), 0, logits.bytes()).ok() || !list.allocate(h.size()).ok() ||
+      !list.upload(h.data(), h.size()).ok()) {
+    state.SkipWithError("allocation failed");
+    return;
+  }
+  launch::logit_bias_args a;
+  a.logits = logits.data(), a.out = biased.data(), a.n_rows = 1, a.n_vocab = n_vocab;
+  a.lists = list.data(), a.width = width;
+  bench::time_launches(state, [&](int) { return launch::add_logit_bias(a); });
+  bench::report_bytes(state, 2.0 * n_vocab * sizeof(float));
+  state.SetLabel(bench::device_name() + " n_vocab=248320");
+#endif
+}
+
+BENCHMARK(bm_logprobs)->Arg(1)->Arg(32)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(bm_logit_bias)->Arg(16)->Arg(1024)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
