@@ -20,7 +20,7 @@ Document lengths are aimed at with filler text and reported as the server counte
 --scale shrinks every length and count (e.g. 0.02 for a smoke run on the sim's tiny models).
 
   scripts/bench_server.py --base-url http://127.0.0.1:8080/v1 [--api-key KEY] [--scenarios ABC]
-                          [--json out.json]
+                          [--ignore-eos] [--json out.json]
 """
 import argparse
 import asyncio
@@ -50,6 +50,9 @@ def percentile(xs, p):
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
+IGNORE_EOS = False  # --ignore-eos: every request generates max_tokens (same output lengths run to run)
+
+
 async def one_request(client, model, messages, max_tokens, seed):
     """Streams one chat completion: (ttft_s, [itl_s], completion_tokens, prompt_tokens, error)."""
     t0 = time.perf_counter()
@@ -57,7 +60,7 @@ async def one_request(client, model, messages, max_tokens, seed):
     try:
         stream = await client.chat.completions.create(
             model=model, messages=messages, max_tokens=max_tokens, temperature=0.7, seed=seed, stream=True,
-            stream_options={"include_usage": True})
+            stream_options={"include_usage": True}, extra_body={"ignore_eos": True} if IGNORE_EOS else None)
         async for chunk in stream:
             if chunk.usage:
                 usage = chunk.usage
@@ -118,9 +121,13 @@ async def main():
     ap.add_argument("--requests-d", type=int, default=4)
     ap.add_argument("--concurrency-d", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--ignore-eos", action="store_true",
+                    help="send ignore_eos (qwen35_server, llama-server, vLLM): outputs of exactly max_tokens")
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies lengths and counts (smoke runs)")
     ap.add_argument("--json", default=None, help="write the reports here")
     a = ap.parse_args()
+    global IGNORE_EOS
+    IGNORE_EOS = a.ignore_eos
     if not 0 < a.scale <= 1:
         sys.exit("--scale must be in (0, 1]")
 

@@ -195,6 +195,7 @@ const std::vector<flag>& flags() {
       {{"--repeat-last-n"},
        "N",
        [](options& o, const std::string& n, const std::string& v) { o.repeat_last_n = int(parse_int(n, v, 0, 4096)); }},
+      {{"--ignore-eos"}, nullptr, [](options& o, auto&, auto&) { o.ignore_eos = true; }},
       {{"-l", "--logit-bias"},
        "ID(+|-)BIAS",
        [](options& o, const std::string& n, const std::string& v) { o.logit_bias.push_back(parse_logit_bias(n, v)); }},
@@ -397,6 +398,8 @@ std::string usage(const std::string& program) {
          "  -l, --logit-bias ID(+|-)BIAS\n"
          "                         add BIAS (at most 100; -inf: never) to token ID's logit before the\n"
          "                         penalties, e.g. 15043+1.5; repeatable\n"
+         "  --ignore-eos           never draw an end-of-generation token: generate -n tokens (or\n"
+         "                         to a full context)\n"
          "  -s, --seed N           sampling seed (default -1: from the clock)\n"
          "  -ctk, -ctv TYPE        KV cache element type for K / V: f32, f16 (default), bf16\n"
          "  --dump-logits FILE     little-endian float32 logits rows: every prompt position, then every\n"

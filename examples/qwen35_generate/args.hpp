@@ -41,6 +41,7 @@ struct options {
   float presence_penalty = 0.0f;      // --presence-penalty; 0 = off
   float frequency_penalty = 0.0f;     // --frequency-penalty; 0 = off
   int repeat_last_n = 64;             // --repeat-last-n
+  bool ignore_eos = false;            // --ignore-eos: end-of-generation tokens are never drawn
   std::vector<std::pair<int32_t, float>> logit_bias;  // --logit-bias ID(+|-)BIAS, repeatable; in order
   std::optional<uint64_t> seed;                       // --seed; default: from the clock
   kv_cache_type cache_type_k = kv_cache_type::f16;    // -ctk

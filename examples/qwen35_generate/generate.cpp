@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -77,6 +78,8 @@ class session {
                           std::to_string(dec_.n_vocab()) + " tokens");
       bias_.push_back({id, b});
     }
+    if (opt.ignore_eos)  // after the user's biases, as llama.cpp adds its -inf for --ignore-eos
+      for (const int32_t id : tok_.eog_ids()) bias_.push_back({id, -INFINITY});
     if (bias_.size() > size_t(launch::logit_bias_max_entries))
       throw usage_error("--logit-bias: given " + std::to_string(bias_.size()) + " times, at most " +
                         std::to_string(launch::logit_bias_max_entries));

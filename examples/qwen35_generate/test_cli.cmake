@@ -232,6 +232,21 @@ elseif(Q35_CHECK STREQUAL "generate")
     endif()
   endforeach()
 
+  # --ignore-eos: <|im_end|> at +100 ends the generation at once; with --ignore-eos it is never drawn
+  # (its -inf comes after the user's biases), so -n tokens come
+  run(out err rc -m "${model}" --tokenize "<|im_end|>")
+  string(STRIP "${out}" im_end)
+  run(out err rc -m "${model}" -p "${prompt}" -n 4 --temp 0 --print-token-ids -l ${im_end}+100)
+  ids_of(ended "${err}" generated)
+  run(out err rc -m "${model}" -p "${prompt}" -n 4 --temp 0.8 --seed 5 --print-token-ids -l ${im_end}+100 --ignore-eos)
+  ids_of(kept_on "${err}" generated)
+  string(REPLACE " " ";" kept_list "${kept_on}")
+  list(LENGTH kept_list n_kept)
+  list(FIND kept_list "${im_end}" at)
+  if(NOT ended STREQUAL "${im_end}" OR NOT n_kept EQUAL 4 OR NOT at EQUAL -1)
+    fail("--ignore-eos: '<|im_end|>' = '${im_end}', generated '${ended}' without and '${kept_on}' with (stderr '${err}')")
+  endif()
+
   # a full context stops generation with a message, keeps the text, exits 0
   run(out err rc -m "${model}" -p "${prompt}" -c 14 -n -1 --temp 0)
   if(NOT rc EQUAL 0 OR NOT err MATCHES "context full" OR NOT out MATCHES "^The quick brown fox")

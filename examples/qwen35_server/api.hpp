@@ -16,8 +16,10 @@
 //   temperature: vLLM's default), for every generated token up to the one that completes a stop string,
 //   reasoning and tool-call tokens included; streamed, each chunk carries those of the tokens that
 //   arrived since the previous chunk. A log-probability of -inf is sent as -9999.0 (vLLM's value).
+// - ignore_eos (llama-server's and vLLM's extension, which load generators send for fixed output
+//   lengths): the end-of-generation tokens are never drawn, as llama.cpp's --ignore-eos does.
 // - logit_bias: {"<token id>": bias in [-100, 100]} (OpenAI), or false for a token never to be drawn
-//   (llama-server); added to the logits before the penalties (llama.cpp's order), at most 1,024 tokens.
+//   (llama-server); added to the logits before the penalties (llama.cpp's order), at most 1,000 tokens.
 // - tool_choice: "auto" (the default) is honoured; "none" leaves the tools out of the prompt and the
 //   output unparsed; "required" and a named function need constrained decoding and get a 400.
 //   parallel_tool_calls is accepted and ignored (every call the model writes is returned).
@@ -53,7 +55,8 @@ struct api_limits {
   size_t max_body_bytes = 8u << 20;  // larger bodies get 413
   int max_json_depth = 64;           // deeper nesting gets 400 (bounds the recursive code after parsing)
   size_t max_stop = 4;               // stop strings per request (OpenAI's limit)
-  size_t max_logit_bias = 1024;      // logit_bias tokens per request (launch::logit_bias_max_entries)
+  size_t max_logit_bias = 1000;      // logit_bias tokens per request (launch::logit_bias_max_entries is
+                                     // 1,024: ignore_eos adds the end-of-generation ids)
 };
 
 // The fields of q35::launch::sampling_params with OpenAI's defaults (not llama.cpp's).
@@ -68,6 +71,7 @@ struct sampling_options {
   int repeat_last_n = 64;
   std::optional<uint64_t> seed;                       // none: the server picks one
   std::vector<std::pair<int32_t, float>> logit_bias;  // token id, bias (-inf: never drawn)
+  bool ignore_eos = false;                            // end-of-generation tokens never drawn
 };
 
 // A tool of the request, kept for typing the parameter values of the model's calls.
@@ -98,7 +102,9 @@ struct chat_request {
 
 struct completion_request {
   std::string model;
-  std::string prompt;
+  std::string prompt;               // text (special tokens parsed), or empty when prompt_ids is given
+  std::vector<int32_t> prompt_ids;  // a prompt of token ids ([1, 2, 3] or [[1, 2, 3]]), as vLLM and
+                                    // llama-server accept it; the scheduler checks them against the vocabulary
   sampling_options sampling;
   std::optional<int64_t> max_tokens;  // none: the server's choice (OpenAI's default is 16)
   bool stream = false;

@@ -354,6 +354,7 @@ void common_fields(const json& body, const api_limits& limits, sampling_options&
   get_bool(body, "", "store");
   get_string(body, "", "service_tier");
   if (const json* lb = get_object(body, "", "logit_bias")) s.logit_bias = logit_bias_of(*lb, limits);
+  s.ignore_eos = get_bool(body, "", "ignore_eos").value_or(false);
 }
 
 template <class Request>
@@ -398,6 +399,7 @@ std::variant<chat_request, api_error> parse_chat_request(std::string_view body_t
                 "store",
                 "service_tier",
                 "logit_bias",
+                "ignore_eos",
                 "logprobs",
                 "top_logprobs"});
     chat_request r;
@@ -478,21 +480,38 @@ std::variant<completion_request, api_error> parse_completion_request(std::string
                 "metadata",
                 "store",
                 "service_tier",
-                "logit_bias"});
+                "logit_bias",
+                "ignore_eos"});
     completion_request r;
     r.model = get_string(body, "", "model").value_or("");
     common_fields(body, limits, r.sampling, r.stream, r.include_usage, r.stop);
     r.max_tokens = get_int(body, "", "max_tokens", 1, limits.max_tokens);
     const json* prompt = get(body, "prompt");
     if (!prompt) fail("prompt", "'prompt' is required");
-    if (prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string()) {
-      r.prompt = (*prompt)[0].get<std::string>();
-    } else if (prompt->is_string()) {
-      r.prompt = prompt->get<std::string>();
+    // one prompt: "text", ["text"], [id, ...] or [[id, ...]] (batches of several are not supported)
+    const json* one = prompt->is_array() && prompt->size() == 1 && !(*prompt)[0].is_number() ? &(*prompt)[0] : prompt;
+    const std::string where = one == prompt ? "prompt" : "prompt[0]";
+    if (one->is_string()) {
+      r.prompt = one->get<std::string>();
+    } else if (one->is_array() && !one->empty() &&
+               std::all_of(one->begin(), one->end(), [](const json& v) { return v.is_number_integer(); })) {
+      for (size_t i = 0; i < one->size(); ++i) {
+        const json& v = (*one)[i];
+        if (v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t(INT32_MAX) : v.get<int64_t>() < 0)
+          fail(where + "[" + std::to_string(i) + "]", "'" + where + "[" + std::to_string(i) +
+                                                          "]' must be a token id (a non-negative integer), got " +
+                                                          shown(v));
+        r.prompt_ids.push_back(int32_t(v.get<int64_t>()));
+      }
+    } else if (one->is_array() && one->empty()) {
+      fail(where, "'" + where + "' must not be empty");
     } else {
-      wrong_type("prompt", "a string or an array of one string (token arrays and batches are not supported)", *prompt);
+      wrong_type(where,
+                 "a string, an array of token ids, or an array of one of those (batches of several prompts are "
+                 "not supported)",
+                 *one);
     }
-    if (r.prompt.empty()) fail("prompt", "'prompt' must not be empty");
+    if (r.prompt.empty() && r.prompt_ids.empty()) fail("prompt", "'prompt' must not be empty");
     get_int(body, "", "best_of", 1, 1);
     if (get_bool(body, "", "echo").value_or(false)) fail("echo", "'echo' is not supported (only false)");
     if (get(body, "suffix")) fail("suffix", "'suffix' is not supported (no fill-in-the-middle)");

@@ -158,12 +158,12 @@ class http_api::impl {
     int64_t prompt_tokens = 0;
   };
   // `field`: where the prompt came from ("messages", "prompt"), for the error's param.
+  // `ids`: the prompt's token ids when given as such (then `prompt` is not used).
   std::optional<started> start(httplib::Response& res, const std::string& prompt, const char* field,
                                const sampling_options& s, std::optional<int64_t> max_tokens,
-                               std::optional<int> top_logprobs) {
-    std::vector<int32_t> ids;
+                               std::optional<int> top_logprobs, std::vector<int32_t> ids = {}) {
     try {
-      ids = tok_.encode(prompt, /*parse_special=*/true);
+      if (ids.empty()) ids = tok_.encode(prompt, /*parse_special=*/true);
     } catch (const std::exception& e) {
       error(res, {400, "invalid_request_error", std::string("the prompt cannot be tokenized: ") + e.what(), ""});
       return std::nullopt;
@@ -188,6 +188,7 @@ class http_api::impl {
     r.sampling.repeat_last_n = s.repeat_last_n;
     for (const auto& [id, b] : s.logit_bias) r.logit_bias.push_back({id, b});
     r.top_logprobs = top_logprobs.value_or(-1);
+    r.ignore_eos = s.ignore_eos;
     r.sampling.seed = s.seed ? *s.seed : std::random_device{}() * uint64_t(0x9e3779b97f4a7c15ull) + next_seed_++;
     r.max_tokens = max_tokens ? *max_tokens : n_ctx_ - int64_t(ids.size());
     r.on_token = [ch](int32_t id, const launch::token_logprobs* lp) {
@@ -293,7 +294,7 @@ class http_api::impl {
     auto parsed = parse_completion_request(req.body, limits_);
     if (auto* e = std::get_if<api_error>(&parsed)) return error(res, *e);
     const completion_request cr = std::get<completion_request>(std::move(parsed));
-    auto st = start(res, cr.prompt, "prompt", cr.sampling, cr.max_tokens, cr.top_logprobs);
+    auto st = start(res, cr.prompt, "prompt", cr.sampling, cr.max_tokens, cr.top_logprobs, cr.prompt_ids);
     if (!st) return;
     std::optional<logprob_track> track;
     if (cr.top_logprobs) track.emplace(tok_, fold_ids_, cr.stop);

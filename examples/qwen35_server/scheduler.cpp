@@ -170,6 +170,8 @@ submit_result scheduler::submit(request r) {
                     "logit_bias: token " + std::to_string(e.id) +
                         (std::isnan(e.bias) ? " has a NaN bias"
                                             : " is outside the vocabulary of " + std::to_string(cfg_.n_vocab)));
+  if (r.ignore_eos)
+    for (const int32_t id : cfg_.stop_ids) r.logit_bias.push_back({id, -INFINITY});
   if (r.top_logprobs < -1 || r.top_logprobs > launch::logprobs_max_top)
     return refuse(submit_error::invalid_request, "top_logprobs = " + std::to_string(r.top_logprobs) +
                                                      " is outside -1.." + std::to_string(launch::logprobs_max_top));

@@ -88,6 +88,9 @@ struct request {
   std::vector<launch::logit_bias_entry> logit_bias;  // added to every draw's logits (launch::add_logit_bias)
   int top_logprobs = -1;  // -1: none; 0 .. launch::logprobs_max_top: with each id, its log-probability
                           // and this many of the most likely ids (launch::logprobs)
+  // The stop ids are never drawn (a bias of -inf each, after logit_bias): the request runs to
+  // max_tokens or the context (llama.cpp's --ignore-eos).
+  bool ignore_eos = false;
 };
 
 namespace detail {

@@ -94,7 +94,8 @@ TEST_CASE("server api: every supported field maps onto the request") {
          "stop": ["###", "", "END"], "n": 1, "enable_thinking": true, "chat_template_kwargs": {"enable_thinking": false},
          "response_format": {"type": "text"}, "user": "u1", "metadata": {"k": "v"}, "store": false,
          "service_tier": "auto", "parallel_tool_calls": false, "logprobs": false, "top_logprobs": 0,
-         "logit_bias": {"42": 5, "7": -100, "0": false, "248319": 0.25}, "tool_choice": "auto")"));
+         "logit_bias": {"42": 5, "7": -100, "0": false, "248319": 0.25}, "tool_choice": "auto",
+         "ignore_eos": true)"));
   CHECK(r.model == "qwen3.5-4b");
   CHECK(r.stream);
   CHECK(r.include_usage);
@@ -108,6 +109,8 @@ TEST_CASE("server api: every supported field maps onto the request") {
   CHECK(r.sampling.frequency_penalty == -1.0f);
   CHECK(r.sampling.seed == 42u);
   CHECK(!r.top_logprobs);  // logprobs false (top_logprobs 0 alone is accepted)
+  CHECK(r.sampling.ignore_eos);
+  CHECK(!chat_ok(with_fields("")).sampling.ignore_eos);
   CHECK(chat_ok(with_fields(R"("logprobs": true)")).top_logprobs == 0);
   CHECK(chat_ok(with_fields(R"("logprobs": true, "top_logprobs": 20)")).top_logprobs == 20);
   using bias = std::pair<int32_t, float>;  // in the order sent
@@ -382,6 +385,7 @@ TEST_CASE("server api: unknown fields and wrong types name the field") {
        "\"json_schema\" is not supported"},
       {with_fields(R"("logprobs": true, "top_logprobs": 21)"), "top_logprobs", "between 0 and 20, got 21"},
       {with_fields(R"("top_logprobs": 5)"), "top_logprobs", "'top_logprobs' needs 'logprobs': true"},
+      {with_fields(R"("ignore_eos": 1)"), "ignore_eos", "'ignore_eos' must be a boolean, got a number"},
       {with_fields(R"("logprobs": 1)"), "logprobs", "must be a boolean, got a number"},
       {with_fields(R"("logit_bias": [[42, 5]])"), "logit_bias", "'logit_bias' must be an object, got an array"},
       {with_fields(R"("logit_bias": {"42": 101})"), "logit_bias.42", "'logit_bias.42' must be in [-100, 100], got 101"},
@@ -493,16 +497,30 @@ TEST_CASE("server api: completion requests") {
   REQUIRE(std::holds_alternative<completion_request>(one));
   CHECK(std::get<completion_request>(one).prompt == "x");
   CHECK(!std::get<completion_request>(one).top_logprobs);
-  auto with_logprobs = srv::parse_completion_request(R"({"prompt": "x", "logprobs": 3})");
+  for (const char* ids : {R"({"prompt": [5, 0, 248319]})", R"({"prompt": [[5, 0, 248319]]})"}) {
+    CAPTURE(ids);
+    auto tokens = srv::parse_completion_request(ids);
+    REQUIRE(std::holds_alternative<completion_request>(tokens));
+    CHECK(std::get<completion_request>(tokens).prompt.empty());
+    CHECK(std::get<completion_request>(tokens).prompt_ids == std::vector<int32_t>{5, 0, 248319});
+  }
+  auto with_logprobs = srv::parse_completion_request(R"({"prompt": "x", "logprobs": 3, "ignore_eos": true})");
   REQUIRE(std::holds_alternative<completion_request>(with_logprobs));
   CHECK(std::get<completion_request>(with_logprobs).top_logprobs == 3);
+  CHECK(std::get<completion_request>(with_logprobs).sampling.ignore_eos);
   auto biased = srv::parse_completion_request(R"({"prompt": "x", "logit_bias": {"3": -1.5}})");
   REQUIRE(std::holds_alternative<completion_request>(biased));
   CHECK(std::get<completion_request>(biased).sampling.logit_bias == std::vector<std::pair<int32_t, float>>{{3, -1.5f}});
 
   check_rejections({{R"({"model": "m"})", "prompt", "'prompt' is required"},
                     {R"({"prompt": ""})", "prompt", "must not be empty"},
-                    {R"({"prompt": [1, 2]})", "prompt", "token arrays and batches are not supported"},
+                    {R"({"prompt": [[1, 2], [3]]})", "prompt", "batches of several prompts are not supported"},
+                    {R"({"prompt": [1, "a"]})", "prompt", "an array of token ids"},
+                    {R"({"prompt": [1, -2]})", "prompt[1]", "'prompt[1]' must be a token id"},
+                    {R"({"prompt": [[4294967296]]})", "prompt[0][0]", "must be a token id"},
+                    {R"({"prompt": [[]]})", "prompt[0]", "'prompt[0]' must not be empty"},
+                    {R"({"prompt": []})", "prompt", "'prompt' must not be empty"},
+                    {R"({"prompt": [1.5]})", "prompt", "an array of token ids"},
                     {R"({"prompt": ["a", "b"]})", "prompt", "not supported"},
                     {R"({"prompt": 5})", "prompt", "got a number"},
                     {R"({"prompt": "x", "echo": true})", "echo", "not supported"},

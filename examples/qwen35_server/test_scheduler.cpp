@@ -307,6 +307,19 @@ TEST_CASE("scheduler: max_tokens, a stop id and a prompt filling the context end
   CHECK(by_stop.fin.reason == outcome::stop);
   CHECK(by_stop.fin.completion_tokens == n_stop);                                         // the stop id counts ...
   CHECK(by_stop.ids == std::vector<int32_t>(truth.begin(), truth.begin() + n_stop - 1));  // ... unseen
+  // ignore_eos: the stop id is never drawn, so the request runs to max_tokens; up to the stop it follows
+  // the same ids
+  received ignoring;
+  server::request q = make_request(prompt, greedy, 6, ignoring);
+  q.ignore_eos = true;
+  submit_ok(s, std::move(q));
+  drain(s);
+  CHECK(ignoring.fin.reason == outcome::length);
+  CHECK(ignoring.fin.completion_tokens == 6);
+  CHECK(ignoring.ids.size() == 6);
+  CHECK(std::find(ignoring.ids.begin(), ignoring.ids.end(), stop_id) == ignoring.ids.end());
+  CHECK(std::vector<int32_t>(ignoring.ids.begin(), ignoring.ids.begin() + n_stop - 1) ==
+        std::vector<int32_t>(truth.begin(), truth.begin() + n_stop - 1));
 
   // a prompt of the whole context: its pages are all the pool's; one id, then no room for it
   const std::vector<int32_t> full = random_prompt(64, n_vocab(*l), 4);

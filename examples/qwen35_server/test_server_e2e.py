@@ -238,6 +238,23 @@ def main():
         check(forced_one != "" and forced_five == forced_one * 5 and forced_five != plain,
               f"logit_bias +100 forces token 300: {forced_one!r} x5 vs {forced_five!r} (plain {plain!r})")
         check(completion_text(logit_bias={"300": 0}) == plain, "a zero bias leaves the greedy text as it was")
+        # a prompt of token ids (as vLLM and llama-server take it): the same continuation as the text it spells
+        # out; the ids of the text come from logprobs of a forced generation (+100 on each id in turn)
+        ids = [300, 301, 302]
+        spelled_out = "".join(
+            client.completions.create(model=mid, prompt="x", max_tokens=1, temperature=0, logprobs=0,
+                                      logit_bias={str(i): 100}).choices[0].logprobs.tokens[0] for i in ids)
+        by_ids = client.completions.create(model=mid, prompt=ids, max_tokens=6, temperature=0)
+        by_text = client.completions.create(model=mid, prompt=spelled_out, max_tokens=6, temperature=0)
+        check(by_ids.usage.prompt_tokens == 3 and by_ids.choices[0].text != "" and
+              (by_text.usage.prompt_tokens != 3 or by_ids.choices[0].text == by_text.choices[0].text),
+              f"prompt ids {ids} ({spelled_out!r}): {by_ids.choices[0].text!r} vs {by_text.choices[0].text!r}")
+        # ignore_eos (llama-server's and vLLM's extension): accepted, and the request runs to max_tokens
+        # (tests/.../test_scheduler.cpp checks that a stop id is then never drawn)
+        fixed = client.completions.create(model=mid, prompt="The weather today is", max_tokens=5, temperature=0.9,
+                                          seed=4, extra_body={"ignore_eos": True})
+        check(fixed.choices[0].finish_reason == "length" and fixed.usage.completion_tokens == 5,
+              f"ignore_eos runs to max_tokens: {fixed.choices[0].finish_reason}, {fixed.usage.completion_tokens}")
 
         # logprobs. Greedy, so each token is the most likely one: its log-probability is the first of
         # its top list. Streamed chunks carry the same entries as the whole response.
@@ -338,6 +355,8 @@ def main():
         expect(400, '{"messages": []}', "no messages")
         expect(400, '{"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"99999999": 1}}',
                "a logit_bias token outside the vocabulary")
+        oov = expect(400, '{"prompt": [1, 99999999]}', "a prompt token id outside the vocabulary", path="/v1/completions")
+        check("99999999" in oov, f"the error names the id: {oov}")
         expect(400, b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}', "invalid UTF-8")
         expect(413, b'{"prompt": "' + b"a" * (100 << 20) + b'"}', "a 100 MB body", path="/v1/completions")
         expect(401, '{"messages": [{"role": "user", "content": "hi"}]}', "a wrong API key", key="wrong")
