@@ -103,8 +103,9 @@ struct decoder_config {
 };
 
 // The device memory a decoder allocates in init(), by kind (decoder::memory_needed before, and
-// decoder::device_memory after; the sampler's ring of recent ids, a few KB, and with a logit bias a
-// biased copy of each biased row, 4 B per vocabulary entry, are taken on first use).
+// decoder::device_memory after; the sampler's ring of recent ids, a few KB, with a logit bias a biased
+// copy of each biased row, 4 B per vocabulary entry, and with logprobs 172 B per sequence are taken on
+// first use).
 struct decoder_memory {
   uint64_t kv = 0;              // the KV pool of the full-attention layers
   uint64_t recurrent = 0;       // Gated DeltaNet state: one slot per sequence and per prefix checkpoint

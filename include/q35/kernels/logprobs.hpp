@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "q35/arch/math.hpp"
 #include "q35/arch/thread.hpp"
 #include "q35/block/reduce.hpp"
 #include "q35/core/config.hpp"
@@ -33,10 +34,13 @@ inline constexpr int logprobs_max_top = 20;
 struct token_logprobs {
   int32_t id = -1;      // the given id
   float logprob = NAN;  // its log-probability (NaN for an id outside the vocabulary)
-  int32_t n_top = 0;    // entries of the top list (n_top asked, fewer when the row has fewer finite logits)
+  int32_t n_top = 0;    // entries of the top list (n_top asked, fewer when the row has fewer finite logits);
+                        // the slots past it are not written
   int32_t top_ids[logprobs_max_top] = {};
   float top_logprobs[logprobs_max_top] = {};
 };
+
+static_assert(sizeof(token_logprobs) == 172, "docs and decoder.hpp quote 172 bytes per answer");
 
 template <int Threads, int MaxTop = logprobs_max_top>
 struct logprobs_kernel {
@@ -66,18 +70,21 @@ struct logprobs_kernel {
     float m = -INFINITY, z = 0.0f;
     ops::for_each_entry<Threads>(ops::sample_row{logits, nullptr, p.n_vocab}, [&](int i, float l) {
       if (!(l > -INFINITY)) return;  // NaN, -inf: probability 0
+      // arch::fast_exp (an FMUL and an MUFU.EX2, with exp2f's denormal guard) rather than expf's
+      // range reduction: 19 instead of 24 issued instructions per entry on the common path (sm_90
+      // SASS); terms within 20 of the max keep a relative error of ~1e-6
       if (l > m) {
-        z = z * expf(m - l) + 1.0f;  // exp(-inf) = 0 on the first finite entry
+        z = z * arch::fast_exp(m - l) + 1.0f;  // exp(-inf) = 0 on the first finite entry
         m = l;
       } else {
-        z += expf(l - m);
+        z += arch::fast_exp(l - m);
       }
       if (l > top_v[MaxTop - 1]) insert(top_v, top_i, l, i);
     });
     // the row's max and sum of exp(l - max)
     const float row_m = block::reduce<float, Threads>::max(m, s.reduce);
     arch::sync_block();
-    const float own = m > -INFINITY ? z * expf(m - row_m) : 0.0f;
+    const float own = m > -INFINITY ? z * arch::fast_exp(m - row_m) : 0.0f;
     const float row_z = block::reduce<float, Threads>::sum(own, s.reduce);
     const float log_z = logf(row_z);
     const bool finite = row_m > -INFINITY && row_m < INFINITY;  // else the softmax is undefined: NaN
