@@ -71,6 +71,18 @@ status decoder::plan_step(std::span<const seq_input> inputs) {
         return error(status_code::invalid_argument, "token id " + std::to_string(in.tokens[size_t(i)]) +
                                                         " at position " + std::to_string(q.n_past + i) +
                                                         " is outside the vocabulary of " + std::to_string(n_vocab));
+    if (in.score < -1 || in.score > launch::logprobs_max_top)
+      return error(status_code::invalid_argument, "decoder::step: sequence " + std::to_string(in.seq) +
+                                                      ": score = " + std::to_string(in.score) + " is outside -1.." +
+                                                      std::to_string(launch::logprobs_max_top));
+    if (in.score >= 0 && cfg_.score_rows < 1)
+      return error(status_code::invalid_argument,
+                   "decoder::step: sequence " + std::to_string(in.seq) +
+                       " asks for scores, but scoring is off (decoder_config::score_rows = 0)");
+    if (in.next < -1 || in.next >= n_vocab)
+      return error(status_code::invalid_argument, "token id " + std::to_string(in.next) + " after position " +
+                                                      std::to_string(q.n_past + n - 1) +
+                                                      " is outside the vocabulary of " + std::to_string(n_vocab));
     rows += n;
     if (q.pages >= 0) {
       const int64_t pt = pages_.page_tokens();
@@ -92,18 +104,21 @@ status decoder::plan_step(std::span<const seq_input> inputs) {
 
   // groups: the one-token inputs in the order given (split into groups of decode_group_rows()), then
   // each longer input alone
+  // (a scored input, whatever its length, runs alone as a prompt chunk does)
+  const auto decode_row = [](const seq_input& in) { return in.tokens.size() == 1 && in.score < 0; };
   std::vector<const seq_input*> order;
   for (const seq_input& in : inputs)
-    if (in.tokens.size() == 1) order.push_back(&in);
+    if (decode_row(in)) order.push_back(&in);
   const int64_t n_decode = int64_t(order.size());
   for (const seq_input& in : inputs)
-    if (in.tokens.size() > 1) order.push_back(&in);
+    if (!decode_row(in)) order.push_back(&in);
   const bool graph_step = n_decode == int64_t(inputs.size()) && cfg_.use_graphs && !hook_;
   const int64_t decode_cap = decode_group_rows();
   const record_layout rl{max_rows_, page_entries_, S};
   int32_t* r = staging_.data();
   groups_.clear();
   int64_t row = 0, page = 0, logit_row = 0;
+  score_total_ = 0;
   for (size_t i = 0; i < order.size();) {
     group g;
     g.decode = i < size_t(n_decode);
@@ -142,12 +157,23 @@ status decoder::plan_step(std::span<const seq_input> inputs) {
     g.logit_row0 = logit_row;
     g.logit_rows = g.n - g.first_logit_token;
     logit_row += g.logit_rows;
+    if (const seq_input& in = *order[i]; in.score >= 0) {  // a scored input: row t reports the token after it
+      g.score = in.score;
+      g.score_rows = g.n - (in.next < 0 ? 1 : 0);
+      g.score_out0 = score_total_;
+      for (int64_t t = 0; t < g.n; ++t)
+        score_ids_host_[size_t(score_total_ + t)] = t + 1 < g.n ? in.tokens[size_t(t + 1)] : in.next;
+      score_total_ += g.n;
+    }
     groups_.push_back(g);
     i = end;
   }
   for (sequence& q : seqs_)
     if (!seen[size_t(&q - seqs_.data())]) q.logits_row = -1;  // rows of this step overwrite the old ones
   staging_in_flight_ = true;
+  if (score_total_ > 0)
+    Q35_TRY(copy(score_ids_.data(), score_ids_host_.data(), size_t(score_total_) * sizeof(int32_t),
+                 copy_kind::host_to_device, stream()));
   return copy(batch_.data(), r, size_t(rl.pages() + page) * sizeof(int32_t), copy_kind::host_to_device, stream());
 }
 
@@ -252,6 +278,7 @@ status decoder::forward(int64_t n_rows) {
     }
   }
 
+  Q35_TRY(score_groups());  // (before the logits rows below: both use a_)
   // per group: y = rms(h) * output_norm on its logits rows; logits = output . y
   for (const group& g : groups_) {
     Q35_TRY(norm(m_->output_norm(), h_.data() + (g.row0 + g.first_logit_token) * e, a_.data(), g.logit_rows));
@@ -275,8 +302,13 @@ int decoder::decode_splits(int64_t n) const {
   return int(std::clamp<int64_t>(std::min(attn_split_rows() / rows, usable), 1, launch::attn_max_splits));
 }
 
-status decoder::step(std::span<const seq_input> inputs, std::vector<float>* host_logits) {
+status decoder::step(std::span<const seq_input> inputs, std::vector<float>* host_logits,
+                     std::vector<launch::token_logprobs>* scores) {
   if (!m_) return error(status_code::invalid_argument, "decoder: not initialised");
+  for (const seq_input& in : inputs)
+    if (in.score >= 0 && !scores)  // before any state changes
+      return error(status_code::invalid_argument,
+                   "decoder::step: sequence " + std::to_string(in.seq) + " asks for scores without an output for them");
   Q35_TRY(plan_step(inputs));
   const bool stages = experts_ && step_stages();
   if (stages) Q35_TRY(settle_experts(false, false));  // what came before was decode-path selections
@@ -285,7 +317,7 @@ status decoder::step(std::span<const seq_input> inputs, std::vector<float>* host
   int64_t rows = 0;
   for (const group& g : groups_) rows += g.n;
   const int64_t k = int64_t(inputs.size());
-  if (rows == k && cfg_.use_graphs && !graph_failed_ && !hook_) {
+  if (rows == k && score_total_ == 0 && cfg_.use_graphs && !graph_failed_ && !hook_) {
     // Decode-only step of k sequences: every launch depends only on device data and on bounds that do not
     // change from step to step (attention cuts each sequence's keys by its length on the device, in a
     // fixed number of splits), so it is recorded once per k and replayed.
@@ -317,6 +349,16 @@ status decoder::step(std::span<const seq_input> inputs, std::vector<float>* host
     const bool rebalance = cfg_.expert_rebalance_steps > 0 && ++steps_since_rebalance_ >= cfg_.expert_rebalance_steps;
     if (rebalance) steps_since_rebalance_ = 0;
     if (stages || rebalance) Q35_TRY(settle_experts(stages, rebalance));
+  }
+  if (score_total_ > 0) {
+    Q35_TRY(scores_.download(scores_host_.data(), size_t(score_total_), stream()));
+    Q35_TRY(sync());
+    for (const group& g : groups_) {
+      if (g.score < 0) continue;
+      const launch::token_logprobs* a = scores_host_.data() + g.score_out0;
+      scores->insert(scores->end(), a, a + g.score_rows);
+      if (g.score_rows < g.n) scores->push_back(launch::token_logprobs{});  // the last row, without `next`
+    }
   }
   if (host_logits) {
     const int64_t nv = m_->hparams().n_vocab;
@@ -361,115 +403,6 @@ status decoder::last_logits(int seq, std::vector<float>& out) const {
   out.resize(size_t(nv));
   Q35_TRY(copy(out.data(), logits_.data() + row * nv, size_t(nv) * 4, copy_kind::device_to_host, stream()));
   return sync();
-}
-
-status decoder::sample(std::span<const seq_sample> requests, std::vector<int32_t>& ids,
-                       std::vector<launch::token_logprobs>* logprobs) {
-  const int64_t S = cfg_.n_seq_max;
-  if (int64_t(requests.size()) > S)
-    return error(status_code::invalid_argument, "decoder::sample: more requests than sequences");
-  const int32_t nv = int32_t(m_ ? m_->hparams().n_vocab : 0);
-  // the repetition windows (the last `window` ids of each, newest first; -1 where the history is
-  // shorter) and the logit-bias lists, each staged in one pinned buffer and uploaded in one copy
-  size_t ring_total = 0, bias_total = 0, n_biased = 0;
-  bool any_logprobs = false;
-  for (const seq_sample& r : requests) {
-    Q35_TRY(check_seq(r.seq, "sample"));
-    const std::string who = "decoder::sample: sequence " + std::to_string(r.seq);
-    if (seqs_[size_t(r.seq)].logits_row < 0) return error(status_code::invalid_argument, who + " before any eval()");
-    if (launch::penalizes(r.params) && r.params.repeat_last_n > ops::sample_max_window)
-      return error(status_code::invalid_argument, who + ": repeat_last_n = " + std::to_string(r.params.repeat_last_n) +
-                                                      " exceeds " + std::to_string(ops::sample_max_window) + " tokens");
-    if (const status st = launch::check_logit_bias(r.bias, nv); !st.ok())
-      return error(status_code::invalid_argument, who + ": " + st.message());
-    if (r.top_logprobs < -1 || r.top_logprobs > launch::logprobs_max_top)
-      return error(status_code::invalid_argument, who + ": top_logprobs = " + std::to_string(r.top_logprobs) +
-                                                      " is outside -1.." + std::to_string(launch::logprobs_max_top));
-    if (launch::penalizes(r.params)) ring_total += size_t(r.params.repeat_last_n);
-    bias_total += r.bias.size(), n_biased += r.bias.empty() ? 0 : 1;
-    any_logprobs = any_logprobs || (logprobs && r.top_logprobs >= 0);
-  }
-  if (any_logprobs && logprobs_.size() < size_t(S)) {
-    Q35_TRY(logprobs_.allocate(size_t(S)));
-    Q35_TRY(logprobs_host_.allocate(size_t(S)));
-  }
-  stream_t s = stream();
-  if (ring_total > 0) {
-    if (recent_.size() < ring_total) Q35_TRY(recent_.allocate(ring_total));
-    if (recent_host_.size() < ring_total) Q35_TRY(recent_host_.allocate(ring_total));
-    size_t off = 0;
-    for (const seq_sample& r : requests) {
-      if (!launch::penalizes(r.params)) continue;
-      for (int i = 0; i < r.params.repeat_last_n; ++i)
-        recent_host_[off + size_t(i)] = size_t(i) < r.recent.size() ? r.recent[r.recent.size() - 1 - size_t(i)] : -1;
-      off += size_t(r.params.repeat_last_n);
-    }
-    Q35_TRY(copy(recent_.data(), recent_host_.data(), ring_total * sizeof(int32_t), copy_kind::host_to_device, s));
-  }
-  if (bias_total > 0) {
-    if (bias_.size() < bias_total) Q35_TRY(bias_.allocate(bias_total));
-    if (bias_host_.size() < bias_total) Q35_TRY(bias_host_.allocate(bias_total));
-    if (biased_logits_.size() < n_biased * size_t(nv)) Q35_TRY(biased_logits_.allocate(n_biased * size_t(nv)));
-    size_t off = 0;
-    for (const seq_sample& r : requests)
-      for (const launch::logit_bias_entry& e : r.bias) bias_host_[off++] = e;
-    Q35_TRY(copy(bias_.data(), bias_host_.data(), bias_total * sizeof(launch::logit_bias_entry),
-                 copy_kind::host_to_device, s));
-  }
-  size_t ring_off = 0, bias_off = 0, biased = 0;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    const seq_sample& r = requests[i];
-    launch::sample_args a;
-    const float* raw = logits_.data() + seqs_[size_t(r.seq)].logits_row * int64_t(nv);
-    a.logits = raw;
-    if (!r.bias.empty()) {  // the sampler reads a biased copy: the step's logits stay as computed
-      launch::logit_bias_args b;
-      b.logits = a.logits, b.out = biased_logits_.data() + biased++ * size_t(nv);
-      b.n_rows = 1, b.n_vocab = nv, b.lists = bias_.data() + bias_off, b.width = int(r.bias.size());
-      b.maybe_error_flag = result_.data() + S;
-      Q35_TRY(launch::add_logit_bias(b, s));
-      a.logits = b.out, bias_off += r.bias.size();
-    }
-    a.n_rows = 1, a.n_vocab = nv, a.params = r.params;
-    const bool ring = launch::penalizes(r.params);
-    a.maybe_recent = ring ? recent_.data() + ring_off : nullptr;
-    if (ring) ring_off += size_t(r.params.repeat_last_n);
-    if (!a.maybe_recent) a.params.repeat_last_n = 0;
-    a.rng_counter = rng_counters_.data() + r.seq;
-    a.out_ids = result_.data() + i;
-    a.workspace = sample_ws_.data(), a.workspace_bytes = sample_ws_.bytes();
-    Q35_TRY(launch::sample(a, s));
-    if (logprobs && r.top_logprobs >= 0) {
-      launch::logprobs_args lp;
-      lp.logits = raw, lp.n_rows = 1, lp.n_vocab = nv, lp.ids = a.out_ids, lp.top_n = r.top_logprobs;
-      lp.out = logprobs_.data() + i;
-      Q35_TRY(launch::logprobs(lp, s));
-    }
-  }
-  // the one host synchronization of a decode step: the ids and the kernels' error flag in one copy
-  // (and the log-probabilities in a second, when asked for)
-  Q35_TRY(result_.download(result_host_.data(), size_t(S + 1), s));
-  if (any_logprobs) Q35_TRY(logprobs_.download(logprobs_host_.data(), requests.size(), s));
-  Q35_TRY(sync());
-  // The uploads above read recent_host_ and bias_host_ asynchronously: the sync() has completed them too.
-  if (result_host_[size_t(S)])
-    return error(status_code::kernel_fault, "a kernel reported an out-of-range token or expert id");
-  ids.assign(result_host_.data(), result_host_.data() + requests.size());
-  if (logprobs) {
-    logprobs->assign(requests.size(), launch::token_logprobs{});
-    for (size_t i = 0; i < requests.size(); ++i)
-      if (requests[i].top_logprobs >= 0) (*logprobs)[i] = logprobs_host_[i];
-  }
-  return status::success();
-}
-
-status decoder::sample(const launch::sampling_params& p, std::span<const int32_t> recent, int32_t& id) {
-  if (!m_) return error(status_code::invalid_argument, "decoder: not initialised");
-  const seq_sample r{0, p, recent};
-  std::vector<int32_t> ids;
-  Q35_TRY(sample({&r, 1}, ids));
-  id = ids[0];
-  return status::success();
 }
 
 }  // namespace q35::gen

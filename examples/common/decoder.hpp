@@ -81,6 +81,10 @@ struct decoder_config {
   bool use_graphs = true;             // CUDA: record decode-only steps once per sequence count and replay them
   bool batch_invariant = false;       // rows independent of the batch (see above)
   bool batch_invariant_gemm = false;  // with batch_invariant: decode groups of up to 64 rows on the GEMM
+  // Scoring (seq_input::score): logits rows the LM head computes at once for a scored input, each slice
+  // then reduced to its log-probabilities on the device (score_rows x n_vocab floats of activations, and
+  // n_batch + n_seq_max answers of 172 B); 0: scoring off. At most n_batch.
+  int64_t score_rows = 0;
   // Prefix checkpoints kept at once (see save_prefix): each holds one recurrent-state slot
   // (recurrent_bytes()) of device memory, and shares the KV pages of its tokens with the pool.
   int n_prefix_slots = 0;
@@ -137,6 +141,12 @@ struct decoder_state {
 struct seq_input {
   int seq = 0;
   std::span<const int32_t> tokens;
+  // Scoring (a prompt's log-probabilities; needs decoder_config::score_rows): -1 off; 0 ..
+  // launch::logprobs_max_top: each row reports the log-probability of the token after it (tokens[t + 1],
+  // and `next` after the last token) under its logits as computed, with this many of the most likely
+  // ids. A scored input runs as its own group of the step (never in a recorded decode graph).
+  int score = -1;
+  int32_t next = -1;  // the token after the input, when known (-1: its last row reports none)
 };
 
 // One sequence's draw after a step.
@@ -176,8 +186,12 @@ class decoder {
   // One step: every input's tokens after its sequence's n_past(seq) tokens (distinct sequences, each
   // input 1..n_batch tokens, pages permitting). On success the last logits of each input's sequence are
   // ready for sample()/last_logits() until the next step; with keep_all_logits `host_logits` (if given)
-  // receives every row of every input, inputs in the order given, appended.
-  status step(std::span<const seq_input> inputs, std::vector<float>* host_logits = nullptr);
+  // receives every row of every input, inputs in the order given, appended. `scores` (required when an
+  // input asks for scoring) receives tokens.size() answers for each scored input, in the order given,
+  // appended: answer t holds the token after tokens[t] (id -1 where that is unknown: the last row of an
+  // input without `next`).
+  status step(std::span<const seq_input> inputs, std::vector<float>* host_logits = nullptr,
+              std::vector<launch::token_logprobs>* scores = nullptr);
   // Draws the next token of each listed sequence on the device (each with its own parameters and its
   // own random stream, which clear(seq) restarts); `ids` receives them in order. One host synchronization.
   // With `logprobs`, it receives one entry per request (id -1 for those that asked for none); computing
@@ -222,6 +236,11 @@ class decoder {
 
   // Sequence 0: the single-sequence interface of the CLI.
   status eval(std::span<const int32_t> tokens, std::vector<float>* host_logits = nullptr);
+  // eval() that also scores the tokens (seq_input::score = top_n): `scores` receives tokens.size() answers,
+  // answer t for the token after tokens[t] (the last: `next`, or id -1 when next is -1). Chunks of n_batch
+  // tokens, each chunk's last row scored by the following chunk's first token.
+  status eval_scored(std::span<const int32_t> tokens, int top_n, int32_t next,
+                     std::vector<launch::token_logprobs>& scores);
   status sample(const launch::sampling_params& p, std::span<const int32_t> recent, int32_t& id);
   status last_logits(std::vector<float>& out) const { return last_logits(0, out); }
   int64_t n_past() const { return n_past(0); }
@@ -289,6 +308,9 @@ class decoder {
     int64_t logit_rows = 0;
     int64_t first_logit_token = 0;  // rows [row0 + first_logit_token, row0 + n) go to the LM head
     bool decode = false;
+    int score = -1;          // a scored input's top_n (seq_input::score), else -1
+    int64_t score_rows = 0;  // its rows that report an answer: n, or n - 1 without `next`
+    int64_t score_out0 = 0;  // its first answer in scores_ (and its ids in score_ids_)
   };
 
   status check_seq(int seq, const char* what) const;
@@ -298,6 +320,8 @@ class decoder {
   status sync() const;
   // Every launch of one forward pass over the planned groups: what a graph records.
   status forward(int64_t n_rows);
+  // The scored groups' log-probabilities: per slice of score_rows rows, the LM head then launch::logprobs.
+  status score_groups();
   // Rows of a decode group at most (see above).
   int64_t decode_group_rows() const;
   // Attention splits per sequence of a decode group of n rows (attn_batch::seq_splits): as many as the
@@ -361,7 +385,13 @@ class decoder {
   pinned_buffer<int32_t> recent_host_;
   device_buffer<launch::logit_bias_entry> bias_;  // the biased requests' lists, one after another
   pinned_buffer<launch::logit_bias_entry> bias_host_;
-  device_buffer<float> biased_logits_;              // [biased requests][n_vocab]
+  device_buffer<float> biased_logits_;            // [biased requests][n_vocab]
+  device_buffer<float> score_logits_;             // [score_rows][n_vocab]
+  device_buffer<int32_t> score_ids_;              // [max_rows]: the id each scored row reports
+  pinned_buffer<int32_t> score_ids_host_;         // (written after a sync(), as staging_)
+  device_buffer<launch::token_logprobs> scores_;  // [max_rows]
+  pinned_buffer<launch::token_logprobs> scores_host_;
+  int64_t score_total_ = 0;                         // answers of the planned step
   device_buffer<launch::token_logprobs> logprobs_;  // [n_seq_max], taken on first use
   pinned_buffer<launch::token_logprobs> logprobs_host_;
   device_buffer<int32_t> result_;  // [n_seq_max + 1]: sampled ids, then the kernels' error flag

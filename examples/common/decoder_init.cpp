@@ -42,6 +42,7 @@ struct buffer_sizes {
   int64_t call_rows = 0;    // rows of one layer call at most: a prompt chunk, or a decode group
   int64_t max_rows = 0;     // rows of a step at most: n_batch + n_seq_max
   int64_t logit_rows = 0;
+  int64_t score_rows = 0;    // scoring's logits rows (decoder_config::score_rows, at most n_batch)
   int64_t max_pages = 1;     // pages of the pool, which is also what one sequence can hold
   int64_t page_entries = 0;  // page indices a step lists at most: n_seq_max * max_pages (shared pages repeat)
   std::optional<kv::kv_pool_shape> kv;     // the KV pool of the full-attention layers
@@ -77,6 +78,7 @@ buffer_sizes sizes_of(const io::model_hparams& h, const decoder_config& cfg) {
   z.moe_grouped = nb > launch::moe_decode_max_tokens || z.decode_rows > launch::moe_decode_limit(every_count);
   z.max_rows = nb + S;
   z.logit_rows = cfg.keep_all_logits ? z.max_rows : S;
+  z.score_rows = std::min(cfg.score_rows, nb);
   if (n_attn > 0) {
     kv::kv_pool_shape ks;
     ks.n_layers = n_attn;
@@ -188,6 +190,8 @@ status decoder::init(const device_model& m, const decoder_config& cfg) {
   if (cfg.expert_staging_window < 1)
     return error(status_code::invalid_argument,
                  "expert staging window of " + std::to_string(cfg.expert_staging_window) + " experts < 1");
+  if (cfg.score_rows < 0)
+    return error(status_code::invalid_argument, "score rows " + std::to_string(cfg.score_rows) + " < 0");
   cfg_.n_batch = std::min(cfg.n_batch, cfg.n_ctx);
   const int64_t S = cfg.n_seq_max;
   if (staging_in_flight_) Q35_TRY(sync());  // a re-init frees the staging record
@@ -218,6 +222,7 @@ status decoder::init(const device_model& m, const decoder_config& cfg) {
   // Rows of one layer call at most: a prompt chunk, or a decode group.
   const buffer_sizes z = sizes_of(h, cfg_);
   max_rows_ = z.max_rows;
+  cfg_.score_rows = z.score_rows;
 
   // state: KV pages for the full-attention layers (one pool for all sequences), recurrent slots for the
   // GDN layers (one per sequence, then one per prefix checkpoint)
@@ -251,6 +256,17 @@ status decoder::init(const device_model& m, const decoder_config& cfg) {
   Q35_TRY(result_host_.allocate(size_t(S + 1)));
   Q35_TRY(rng_counters_.allocate(size_t(S)));
   Q35_TRY(sample_ws_.allocate(z.sample_ws));
+  score_logits_ = device_buffer<float>();
+  score_ids_ = device_buffer<int32_t>();
+  scores_ = device_buffer<launch::token_logprobs>();
+  score_total_ = 0;
+  if (z.score_rows > 0) {
+    Q35_TRY(score_logits_.allocate(size_t(z.score_rows * h.n_vocab)));
+    Q35_TRY(score_ids_.allocate(size_t(max_rows_)));
+    Q35_TRY(score_ids_host_.allocate(size_t(max_rows_)));
+    Q35_TRY(scores_.allocate(size_t(max_rows_)));
+    Q35_TRY(scores_host_.allocate(size_t(max_rows_)));
+  }
   Q35_TRY(fill_bytes(result_.data(), 0, result_.bytes(), stream()));  // ids and the error flag
   if (cfg.moe_adaptive_k) {
     if (moe_layers_.empty())
@@ -289,7 +305,8 @@ launch::ffn_shape decoder::ffn_shape() const { return ffn_shape_of(m_->hparams()
 status decoder::memory_needed(const io::model_hparams& h, const decoder_config& cfg, uint64_t expert_staging,
                               decoder_memory& out) {
   Q35_TRY(check_supported(h));
-  if (cfg.n_ctx < 1 || cfg.n_batch < 1 || cfg.n_seq_max < 1 || cfg.n_prefix_slots < 0 || cfg.expert_staging_window < 1)
+  if (cfg.n_ctx < 1 || cfg.n_batch < 1 || cfg.n_seq_max < 1 || cfg.n_prefix_slots < 0 ||
+      cfg.expert_staging_window < 1 || cfg.score_rows < 0)
     return error(status_code::invalid_argument, "decoder::memory_needed: a size of the configuration is below 1");
   decoder_config c = cfg;
   c.n_batch = std::min(cfg.n_batch, cfg.n_ctx);
@@ -299,11 +316,12 @@ status decoder::memory_needed(const io::model_hparams& h, const decoder_config& 
   out.kv = z.kv ? kv::kv_pool_bytes(*z.kv) : 0;
   out.recurrent = z.gdn ? z.gdn->bytes() : 0;
   out.workspace = z.workspace;
-  out.activations =
-      2 * uint64_t(z.max_rows) * h.n_embd * sizeof(float) + z.a16 + uint64_t(z.logit_rows) * h.n_vocab * sizeof(float);
+  out.activations = 2 * uint64_t(z.max_rows) * h.n_embd * sizeof(float) + z.a16 +
+                    uint64_t(z.logit_rows + z.score_rows) * h.n_vocab * sizeof(float);
   const uint64_t S = uint64_t(cfg.n_seq_max);
   out.other = uint64_t(z.record) * sizeof(int32_t) + (S + 1) * sizeof(int32_t) + S * sizeof(uint64_t) + z.sample_ws;
   const uint64_t n_moe = h.count(models::ffn_type::moe);
+  if (z.score_rows > 0) out.other += uint64_t(z.max_rows) * (sizeof(int32_t) + sizeof(launch::token_logprobs));
   if ((cfg.expert_stats || expert_staging) && n_moe) out.other += n_moe * h.n_experts * sizeof(uint64_t);
   if (expert_staging && z.moe_grouped) out.expert_staging = expert_staging;
   return status::success();
@@ -314,9 +332,9 @@ decoder_memory decoder::device_memory() const {
   d.kv = kv_.bytes();
   d.recurrent = rs_.bytes();
   d.workspace = workspace_.bytes();
-  d.activations = h_.bytes() + a_.bytes() + a16_.bytes() + logits_.bytes();
-  d.other = batch_.bytes() + result_.bytes() + rng_counters_.bytes() + sample_ws_.bytes() +
-            (expert_load_ ? expert_load_->bytes() : 0);
+  d.activations = h_.bytes() + a_.bytes() + a16_.bytes() + logits_.bytes() + score_logits_.bytes();
+  d.other = batch_.bytes() + result_.bytes() + rng_counters_.bytes() + sample_ws_.bytes() + score_ids_.bytes() +
+            scores_.bytes() + (expert_load_ ? expert_load_->bytes() : 0);
   d.expert_staging = expert_staging_.bytes();
   return d;
 }

@@ -45,6 +45,8 @@ std::vector<gen::decoder_config> configs() {
   v[2].n_ctx = 256, v[2].n_seq_max = 12, v[2].batch_invariant = true, v[2].n_batch = 1000;  // n_batch > n_ctx
   v[3].n_ctx = 64, v[3].n_batch = 1, v[3].kv_type = kv::kv_type::f32;
   v[4].n_ctx = 128, v[4].n_batch = 12, v[4].expert_stats = true, v[4].expert_staging_window = 3;
+  v[1].score_rows = 5;
+  v[4].score_rows = 100;              // more than n_batch: n_batch rows
   v[1].expert_staging_window = 1000;  // more than any fixture's experts: a whole layer
   return v;
 }
