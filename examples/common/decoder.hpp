@@ -200,6 +200,7 @@ class decoder {
                 std::vector<launch::token_logprobs>* logprobs = nullptr);
 
   int n_seq_max() const { return cfg_.n_seq_max; }
+  int64_t score_rows() const { return cfg_.score_rows; }                       // 0: scoring off
   int32_t n_vocab() const { return m_ ? int32_t(m_->hparams().n_vocab) : 0; }  // logits per row
   int64_t n_past(int seq) const;
   const std::vector<int32_t>& tokens(int seq) const;

@@ -155,8 +155,14 @@ submit_result scheduler::submit(request r) {
   if (n > n_ctx)
     return refuse(submit_error::invalid_request, "prompt of " + std::to_string(n) + " tokens exceeds the context of " +
                                                      std::to_string(n_ctx) + " tokens");
-  if (r.max_tokens < 1)
-    return refuse(submit_error::invalid_request, "max_tokens = " + std::to_string(r.max_tokens) + " is below 1");
+  if (r.max_tokens < 0)
+    return refuse(submit_error::invalid_request, "max_tokens = " + std::to_string(r.max_tokens) + " is below 0");
+  if (r.prompt_logprobs < -1 || r.prompt_logprobs > launch::logprobs_max_top)
+    return refuse(submit_error::invalid_request, "prompt_logprobs = " + std::to_string(r.prompt_logprobs) +
+                                                     " is outside -1.." + std::to_string(launch::logprobs_max_top));
+  if (r.prompt_logprobs >= 0 && d_->score_rows() == 0)
+    return refuse(submit_error::invalid_request,
+                  "prompt log-probabilities are off (the decoder was made without score_rows)");
   for (int64_t i = 0; i < n; ++i) {
     const int32_t id = r.prompt[size_t(i)];
     if (id < 0 || (cfg_.n_vocab > 0 && id >= cfg_.n_vocab))
@@ -371,7 +377,8 @@ bool scheduler::step_once() {
     while (!queue_.empty() && !free_seqs_.empty()) {
       waiting& w = queue_.front();
       std::vector<int64_t> cuts = checkpoint_positions(w.req.prompt);
-      const int hit = find_prefix(w.req.prompt, cuts);
+      // (a request for prompt log-probabilities computes every prompt row)
+      const int hit = w.req.prompt_logprobs < 0 ? find_prefix(w.req.prompt, cuts) : -1;
       const int hit_id = hit >= 0 ? prefixes_[size_t(hit)].id : -1;
       const int64_t reused = hit >= 0 ? int64_t(d_->prefix_tokens(hit_id).size()) : 0;
       const int64_t need =
@@ -395,6 +402,7 @@ bool scheduler::step_once() {
       }
       free_seqs_.pop_back();
       a.history = w.req.prompt;
+      if (w.req.prompt_logprobs >= 0) a.prompt_scores.assign(w.req.prompt.size(), launch::token_logprobs{});
       a.w = std::move(w);
       queue_.pop_front();
       active_.push_back(std::move(a));
@@ -414,7 +422,10 @@ bool scheduler::step_once() {
       if (cut != a.cuts.end()) n = std::min(n, *cut - a.fed);
       if (prompt_tokens > 0 && prompt_tokens + n > cfg_.prompt_budget) continue;  // a later step
       prompt_tokens += n;
-      inputs.push_back({a.seq, std::span<const int32_t>(a.history).subspan(size_t(a.fed), size_t(n))});
+      const int score = a.w.req.prompt_logprobs;
+      const int32_t next = a.fed + n < n_prompt ? a.history[size_t(a.fed + n)] : -1;
+      inputs.push_back({a.seq, std::span<const int32_t>(a.history).subspan(size_t(a.fed), size_t(n)), score,
+                        score >= 0 ? next : -1});
     } else {
       inputs.push_back({a.seq, std::span<const int32_t>(&a.history.back(), 1)});
     }
@@ -426,7 +437,8 @@ bool scheduler::step_once() {
   }
 
   // 5. the step; a failure leaves the state of every sequence in it undefined
-  const status s = d_->step(inputs);
+  std::vector<launch::token_logprobs> scores;
+  const status s = d_->step(inputs, nullptr, &scores);
   {
     std::lock_guard<std::mutex> lk(queue_m_);
     ++metrics_.steps;
@@ -440,14 +452,37 @@ bool scheduler::step_once() {
   }
   std::vector<gen::seq_sample> draws;
   bool any_logprobs = false;
-  std::vector<size_t> drawn;  // active_ index of each draw
+  std::vector<size_t> drawn;                            // active_ index of each draw
+  std::vector<std::pair<size_t, finish_info>> endings;  // active_ index, why
+  size_t answer = 0;                                    // the next of `scores`
   for (size_t k = 0; k < inputs.size(); ++k) {
     active& a = active_[who[k]];
-    if (a.fed < int64_t(a.w.req.prompt.size())) {
-      a.fed += int64_t(inputs[k].tokens.size());
+    const int64_t n_prompt = int64_t(a.w.req.prompt.size());
+    if (a.fed < n_prompt) {
+      const int64_t n = int64_t(inputs[k].tokens.size());
+      if (inputs[k].score >= 0) {  // row t answers for prompt[fed + t + 1] (the last row of the prompt: none)
+        for (int64_t t = 0; t < n; ++t, ++answer)
+          if (a.fed + t + 1 < n_prompt) a.prompt_scores[size_t(a.fed + t + 1)] = scores[answer];
+      }
+      a.fed += n;
       checkpoint(a);
+      if (a.fed == n_prompt && a.w.req.prompt_logprobs >= 0 && a.w.req.on_prompt) {
+        try {
+          a.w.req.on_prompt(a.prompt_scores);
+        } catch (const std::exception& e) {
+          endings.push_back({who[k], {outcome::error, std::string("on_prompt threw: ") + e.what()}});
+          continue;
+        } catch (...) {
+          endings.push_back({who[k], {outcome::error, "on_prompt threw"}});
+          continue;
+        }
+      }
+      if (a.fed == n_prompt && a.w.req.max_tokens == 0) {  // the prompt only
+        endings.push_back({who[k], {outcome::length}});
+        continue;
+      }
     }
-    if (a.fed == int64_t(a.w.req.prompt.size())) {
+    if (a.fed == n_prompt) {
       draws.push_back({a.seq, a.w.req.sampling, a.history, a.w.req.logit_bias, a.w.req.top_logprobs});
       any_logprobs = any_logprobs || a.w.req.top_logprobs >= 0;
       drawn.push_back(who[k]);
@@ -455,7 +490,6 @@ bool scheduler::step_once() {
   }
 
   // 6. the draws, their delivery, and the endings they bring
-  std::vector<std::pair<size_t, finish_info>> endings;  // active_ index, why
   if (!draws.empty()) {
     std::vector<int32_t> ids;
     std::vector<launch::token_logprobs> lps;

@@ -80,7 +80,7 @@ struct finish_info {
 struct request {
   std::vector<int32_t> prompt;  // token ids, 1 .. n_ctx of them
   launch::sampling_params sampling;
-  int64_t max_tokens = 16;  // ids drawn at most, >= 1
+  int64_t max_tokens = 16;  // ids drawn at most; 0: the prompt only (its log-probabilities), ending "length"
   // Each drawn id but a stop id, as it is drawn; `logprobs` holds its log-probabilities when
   // top_logprobs >= 0, else is null (valid during the call only).
   std::function<void(int32_t id, const launch::token_logprobs* logprobs)> on_token;
@@ -91,6 +91,13 @@ struct request {
   // The stop ids are never drawn (a bias of -inf each, after logit_bias): the request runs to
   // max_tokens or the context (llama.cpp's --ignore-eos).
   bool ignore_eos = false;
+  // Prompt log-probabilities (a completion's echo with logprobs; the decoder needs score_rows): -1 none;
+  // 0 .. launch::logprobs_max_top: once the prompt is fed, on_prompt receives prompt.size() answers,
+  // answer i for prompt[i] under the logits after prompt[0..i) (answer 0, which has none, with id -1),
+  // each with this many of the most likely ids. Such a request computes its whole prompt (no prefix
+  // checkpoint is reused). Called on the stepping thread, before the first on_token.
+  int prompt_logprobs = -1;
+  std::function<void(const std::vector<launch::token_logprobs>& answers)> on_prompt;
 };
 
 namespace detail {
@@ -213,10 +220,11 @@ class scheduler {
   struct active {
     waiting w;
     int seq = -1;
-    int64_t fed = 0;               // prompt tokens fed
-    int64_t drawn = 0;             // ids drawn
-    std::vector<int32_t> history;  // prompt, then the drawn ids (the last one not yet fed)
-    std::vector<int64_t> cuts;     // its prompt's checkpoint positions, ascending
+    int64_t fed = 0;                                    // prompt tokens fed
+    int64_t drawn = 0;                                  // ids drawn
+    std::vector<int32_t> history;                       // prompt, then the drawn ids (the last one not yet fed)
+    std::vector<int64_t> cuts;                          // its prompt's checkpoint positions, ascending
+    std::vector<launch::token_logprobs> prompt_scores;  // request::prompt_logprobs: [prompt.size()]
   };
   struct cached_prefix {
     int id = -1;  // the decoder's checkpoint
