@@ -16,6 +16,10 @@
 //   temperature: vLLM's default), for every generated token up to the one that completes a stop string,
 //   reasoning and tool-call tokens included; streamed, each chunk carries those of the tokens that
 //   arrived since the previous chunk. A log-probability of -inf is sent as -9999.0 (vLLM's value).
+// - echo (completions): the prompt comes first in the text and, with logprobs, in the log-probabilities
+//   (each prompt token's under the logits of the tokens before it, the first one null), as OpenAI's
+//   legacy API and lm-evaluation-harness's loglikelihood requests use them; max_tokens 0 then scores
+//   the prompt alone. Such a request computes its whole prompt (no prefix reuse).
 // - ignore_eos (llama-server's and vLLM's extension, which load generators send for fixed output
 //   lengths): the end-of-generation tokens are never drawn, as llama.cpp's --ignore-eos does.
 // - logit_bias: {"<token id>": bias in [-100, 100]} (OpenAI), or false for a token never to be drawn
@@ -106,11 +110,14 @@ struct completion_request {
   std::vector<int32_t> prompt_ids;  // a prompt of token ids ([1, 2, 3] or [[1, 2, 3]]), as vLLM and
                                     // llama-server accept it; the scheduler checks them against the vocabulary
   sampling_options sampling;
-  std::optional<int64_t> max_tokens;  // none: the server's choice (OpenAI's default is 16)
+  std::optional<int64_t> max_tokens;  // none: the server's choice (OpenAI's default is 16); 0 only with echo
   bool stream = false;
   bool include_usage = false;
   std::vector<std::string> stop;
   std::optional<int> top_logprobs;  // logprobs: N
+  // echo: the text starts with the prompt, and with logprobs the prompt's tokens come first in them
+  // (the first token's log-probability null: nothing precedes it)
+  bool echo = false;
 };
 
 // POST /v1/chat/completions and /v1/completions bodies. Errors: 400 naming the field (and the value or
@@ -221,8 +228,9 @@ std::string new_id(std::string_view prefix);
 struct token_logprob {
   std::string token;  // its bytes (a token may hold part of a UTF-8 character)
   double logprob = 0;
-  size_t text_offset = 0;  // where its bytes start in the generated text
+  size_t text_offset = 0;  // where its bytes start in the text (the generated text, or with echo the whole)
   std::vector<std::pair<std::string, double>> top;
+  bool known = true;  // false: the log-probability and top list are null (an echoed prompt's first token)
 };
 // A choice's "logprobs" (null when not asked for): chat's {"content": [{token, logprob, bytes,
 // top_logprobs}], "refusal": null}, or the completions' {tokens, token_logprobs, top_logprobs (objects

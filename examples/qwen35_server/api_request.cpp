@@ -485,7 +485,8 @@ std::variant<completion_request, api_error> parse_completion_request(std::string
     completion_request r;
     r.model = get_string(body, "", "model").value_or("");
     common_fields(body, limits, r.sampling, r.stream, r.include_usage, r.stop);
-    r.max_tokens = get_int(body, "", "max_tokens", 1, limits.max_tokens);
+    r.echo = get_bool(body, "", "echo").value_or(false);
+    r.max_tokens = get_int(body, "", "max_tokens", r.echo ? 0 : 1, limits.max_tokens);
     const json* prompt = get(body, "prompt");
     if (!prompt) fail("prompt", "'prompt' is required");
     // one prompt: "text", ["text"], [id, ...] or [[id, ...]] (batches of several are not supported)
@@ -513,7 +514,6 @@ std::variant<completion_request, api_error> parse_completion_request(std::string
     }
     if (r.prompt.empty() && r.prompt_ids.empty()) fail("prompt", "'prompt' must not be empty");
     get_int(body, "", "best_of", 1, 1);
-    if (get_bool(body, "", "echo").value_or(false)) fail("echo", "'echo' is not supported (only false)");
     if (get(body, "suffix")) fail("suffix", "'suffix' is not supported (no fill-in-the-middle)");
     if (const auto n = get_int(body, "", "logprobs", 0, max_top_logprobs)) r.top_logprobs = int(*n);
     return r;

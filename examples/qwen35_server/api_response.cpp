@@ -80,10 +80,14 @@ json completion_logprobs(const std::vector<token_logprob>* tokens) {
   json toks = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
   for (const token_logprob& t : *tokens) {
     toks.push_back(io::sanitize_utf8(t.token));
-    lps.push_back(finite_logprob(t.logprob));
-    json top = json::object();
-    for (const auto& [tok, lp] : t.top) top[io::sanitize_utf8(tok)] = finite_logprob(lp);
-    tops.push_back(std::move(top));
+    if (!t.known) {
+      lps.push_back(nullptr), tops.push_back(nullptr);
+    } else {
+      lps.push_back(finite_logprob(t.logprob));
+      json top = json::object();
+      for (const auto& [tok, lp] : t.top) top[io::sanitize_utf8(tok)] = finite_logprob(lp);
+      tops.push_back(std::move(top));
+    }
     offsets.push_back(t.text_offset);
   }
   return {{"tokens", std::move(toks)},

@@ -117,6 +117,9 @@ int run(const srv::options& opt) {
   cfg.n_batch = std::min(opt.n_batch, n_ctx), cfg.batch_invariant = opt.batch_invariant;
   cfg.batch_invariant_gemm = opt.batch_invariant_gemm;
   cfg.n_prefix_slots = opt.prefix_cache;
+  // echo with logprobs: the prompt's rows through the LM head 32 at a time (32 x n_vocab floats: 32 MB
+  // for a 248,320-token vocabulary), each slice reduced to its answers on the device
+  cfg.score_rows = 32;
   if (opt.lru_experts) cfg.expert_cache_policy = gen::expert_policy::lru;
   if (opt.expert_window) cfg.expert_staging_window = *opt.expert_window;
   if (opt.expert_rebalance) cfg.expert_rebalance_steps = *opt.expert_rebalance;

@@ -497,6 +497,13 @@ TEST_CASE("server api: completion requests") {
   REQUIRE(std::holds_alternative<completion_request>(one));
   CHECK(std::get<completion_request>(one).prompt == "x");
   CHECK(!std::get<completion_request>(one).top_logprobs);
+  CHECK(!std::get<completion_request>(one).echo);
+  // echo, and max_tokens 0 with it (scoring the prompt alone)
+  auto echo = srv::parse_completion_request(R"({"prompt": "x", "echo": true, "max_tokens": 0, "logprobs": 1})");
+  REQUIRE(std::holds_alternative<completion_request>(echo));
+  CHECK(std::get<completion_request>(echo).echo);
+  CHECK(std::get<completion_request>(echo).max_tokens == 0);
+  CHECK(std::get<completion_request>(echo).top_logprobs == 1);
   for (const char* ids : {R"({"prompt": [5, 0, 248319]})", R"({"prompt": [[5, 0, 248319]]})"}) {
     CAPTURE(ids);
     auto tokens = srv::parse_completion_request(ids);
@@ -523,7 +530,8 @@ TEST_CASE("server api: completion requests") {
                     {R"({"prompt": [1.5]})", "prompt", "an array of token ids"},
                     {R"({"prompt": ["a", "b"]})", "prompt", "not supported"},
                     {R"({"prompt": 5})", "prompt", "got a number"},
-                    {R"({"prompt": "x", "echo": true})", "echo", "not supported"},
+                    {R"({"prompt": "x", "echo": 1})", "echo", "boolean"},
+                    {R"({"prompt": "x", "echo": true, "max_tokens": -1})", "max_tokens", "between 0 and"},
                     {R"({"prompt": "x", "suffix": "y"})", "suffix", "not supported"},
                     {R"({"prompt": "x", "best_of": 2})", "best_of", "between 1 and 1"},
                     {R"({"prompt": "x", "n": 3})", "n", "between 1 and 1"},

@@ -128,6 +128,13 @@ TEST_CASE("server api: logprobs in OpenAI's chat and completions shapes, whole a
   const frames g = parse_frames(ts.delta("x", &lps) + ts.end(srv::finish_reason::length, {1, 2}, nullptr));
   CHECK(g.objects[0]["choices"][0]["logprobs"]["token_logprobs"] == json{-0.25, -9999.0});
   CHECK(g.objects[1]["choices"][0]["logprobs"].is_null());
+  // an echoed prompt's first token: null log-probability and top list
+  std::vector<srv::token_logprob> echoed(1);
+  echoed[0].token = "A", echoed[0].known = false;
+  echoed.push_back(lps[0]);
+  const json e = json::parse(srv::completion_body(meta, "AH\xc3", srv::finish_reason::length, {2, 0}, &echoed));
+  CHECK(e["choices"][0]["logprobs"]["token_logprobs"] == json{nullptr, -0.25});
+  CHECK(e["choices"][0]["logprobs"]["top_logprobs"] == json{nullptr, {{"H\xef\xbf\xbd", -0.25}, {"Hi", -1.5}}});
 }
 
 TEST_CASE("server api: text_completion and model list bodies") {

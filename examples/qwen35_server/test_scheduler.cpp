@@ -164,7 +164,7 @@ TEST_CASE("scheduler: the queue bound refuses, then accepts once admission makes
   };
   received unused;
   refused(make_request({}, greedy, 2, unused), "the prompt is empty");
-  refused(make_request({1}, greedy, 0, unused), "max_tokens = 0 is below 1");
+  refused(make_request({1}, greedy, -1, unused), "max_tokens = -1 is below 0");
   refused(make_request({1, n_vocab(*l)}, greedy, 2, unused),
           "prompt token " + std::to_string(n_vocab(*l)) + " at position 1 is outside the vocabulary");
   refused(make_request(std::vector<int32_t>(257, 1), greedy, 2, unused),

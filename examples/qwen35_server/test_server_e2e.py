@@ -285,6 +285,53 @@ def main():
               cut.choices[0].logprobs.top_logprobs == [{}] * len(cut.choices[0].logprobs.tokens),
               f"logprobs up to the stop string {stop!r}: {joined!r}, text {cut.choices[0].text!r}")
 
+        # echo: the prompt comes first in the text and in the logprobs (the first token's null), as OpenAI's
+        # legacy API and lm-evaluation-harness's loglikelihood requests use it; max_tokens 0 scores the prompt
+        prompt = "The weather today is"
+        echoed = client.completions.create(model=mid, prompt=prompt, max_tokens=10, temperature=0, echo=True)
+        check(echoed.choices[0].text == prompt + whole.choices[0].text, f"echo: {echoed.choices[0].text!r}")
+        scored = client.completions.create(model=mid, prompt=prompt, max_tokens=0, echo=True, logprobs=1)
+        sl = scored.choices[0].logprobs
+        n_prompt = scored.usage.prompt_tokens
+        check(scored.choices[0].text == prompt and scored.choices[0].finish_reason == "length" and
+              scored.usage.completion_tokens == 0 and "".join(sl.tokens) == prompt and len(sl.tokens) == n_prompt and
+              sl.token_logprobs[0] is None and sl.top_logprobs[0] is None and
+              all(v is not None and v <= 0 for v in sl.token_logprobs[1:]) and
+              all(len(t) == 1 and max(t.values()) >= v - 1e-6 for v, t in zip(sl.token_logprobs[1:],
+                                                                               sl.top_logprobs[1:])) and
+              sl.text_offset == [sum(len(t.encode()) for t in sl.tokens[:i]) for i in range(n_prompt)],
+              f"echo with max_tokens 0 scores the prompt: {sl}")
+        # the scored prompt row and the draw see the same distribution: the top 5 after the ids [300, 301, 302]
+        # as a draw reports them, and as the scoring of [300, 301, 302, 303] reports them for its last token
+        # (the LM head's GEMM for prompt rows, the GEMV's 16-bit activations for the draw: ~1e-4 apart)
+        drawn = client.completions.create(model=mid, prompt=[300, 301, 302], max_tokens=1, temperature=0,
+                                          logprobs=5).choices[0].logprobs.top_logprobs[0]
+        rescored = client.completions.create(model=mid, prompt=[300, 301, 302, 303], max_tokens=0, echo=True,
+                                             logprobs=5).choices[0].logprobs.top_logprobs[-1]
+        a, b = sorted(drawn.values(), reverse=True), sorted(rescored.values(), reverse=True)
+        check(len(a) == len(b) and len(a) >= 3 and all(abs(x - y) < 1e-3 for x, y in zip(a, b)),
+              f"the same distribution drawn and scored: {drawn} vs {rescored}")
+        # echo with generation: the prompt's entries, then the generated ones (offsets after the prompt);
+        # streamed, the first chunk is the prompt, and the whole stream equals the response
+        both = client.completions.create(model=mid, prompt=prompt, max_tokens=10, temperature=0, echo=True,
+                                         logprobs=2).choices[0]
+        bl = both.logprobs
+        check(both.text == prompt + whole.choices[0].text and bl.tokens == sl.tokens + lp.tokens and
+              bl.token_logprobs[n_prompt:] == lp.token_logprobs and
+              bl.text_offset[n_prompt:] == [len(prompt.encode()) + o for o in lp.text_offset],
+              f"echo and logprobs with generation: {bl}")
+        first, text, tokens, values = None, "", [], []
+        for c in client.completions.create(model=mid, prompt=prompt, max_tokens=10, temperature=0, echo=True,
+                                           logprobs=2, stream=True):
+            if c.choices:
+                first = c.choices[0].text if first is None else first
+                text += c.choices[0].text
+                if c.choices[0].logprobs:
+                    tokens += c.choices[0].logprobs.tokens
+                    values += c.choices[0].logprobs.token_logprobs
+        check(first == prompt and text == both.text and tokens == bl.tokens and values == bl.token_logprobs,
+              f"streamed echo: first chunk {first!r}, {text!r}, {values}")
+
         msgs = [{"role": "user", "content": "Name three colors."}]
         chat = client.chat.completions.create(model=mid, messages=msgs, max_tokens=8, temperature=0, logprobs=True,
                                               top_logprobs=3)
