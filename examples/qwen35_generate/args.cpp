@@ -219,6 +219,10 @@ const std::vector<flag>& flags() {
       {{"--no-think"}, nullptr, [](options& o, auto&, auto&) { o.no_think = true; }},
       {{"--dump-logits"}, "FILE", [](options& o, auto&, const std::string& v) { o.dump_logits_path = v; }},
       {{"--print-token-ids"}, nullptr, [](options& o, auto&, auto&) { o.print_token_ids = true; }},
+      {{"--perplexity"}, nullptr, [](options& o, auto&, auto&) { o.perplexity = true; }},
+      {{"--chunks"},
+       "N",
+       [](options& o, const std::string& n, const std::string& v) { o.ppl_chunks = parse_int(n, v, 1, INT64_MAX); }},
       {{"--prompt-cache"}, "FILE", [](options& o, auto&, const std::string& v) { o.prompt_cache_path = v; }},
       {{"--expert-stats"}, "FILE", [](options& o, auto&, const std::string& v) { o.expert_stats_path = v; }},
       {{"--expert-heatmap"}, "FILE", [](options& o, auto&, const std::string& v) { o.expert_heatmap_path = v; }},
@@ -263,9 +267,8 @@ const std::vector<flag>& flags() {
        [](options& o, const std::string& n, const std::string& v) { o.moe_adaptive_k = parse_adaptive_k(n, v); }},
       {{"--moe-adaptive-entropy"},
        "H1,H2",
-       [](options& o, const std::string& n, const std::string& v) {
-         o.moe_adaptive_entropy = parse_adaptive_entropy(n, v);
-       }},
+       [](options& o, const std::string& n,
+          const std::string& v) { o.moe_adaptive_entropy = parse_adaptive_entropy(n, v); }},
       {{"--bench"}, nullptr, [](options& o, const std::string& n, auto&) { set_command(o, command::bench, n); }},
       {{"--bench-model"}, "NAME", [](options& o, auto&, const std::string& v) { o.bench_models.push_back(v); }},
       {{"--bench-json"}, "FILE", [](options& o, auto&, const std::string& v) { o.bench_json_path = v; }},
@@ -341,6 +344,13 @@ options parse_args(const std::vector<std::string>& args) {
     throw usage_error("--vram takes a list of budgets only with --bench (one row each)");
   if (o.moe_adaptive_k && o.cmd != command::generate)
     throw usage_error("--moe-adaptive-k applies to generation (-p, -f, -cnv)");
+  if (o.ppl_chunks && !o.perplexity) throw usage_error("--chunks counts the chunks of --perplexity: add it");
+  if (o.perplexity) {
+    if (!o.prompt || o.cmd != command::generate) throw usage_error("--perplexity needs a text (-f FILE or -p TEXT)");
+    if (o.conversation) throw usage_error("--perplexity measures a text: it cannot be combined with -cnv");
+    if (!o.prompt_cache_path.empty() || !o.dump_logits_path.empty())
+      throw usage_error("--perplexity cannot be combined with --prompt-cache or --dump-logits");
+  }
   return o;
 }
 
@@ -405,6 +415,10 @@ std::string usage(const std::string& program) {
          "  --dump-logits FILE     little-endian float32 logits rows: every prompt position, then every\n"
          "                         generated token\n"
          "  --print-token-ids      print the prompt's and the generated token ids on stderr\n"
+         "  --perplexity           the perplexity of the -f/-p text instead of generating, as llama-perplexity\n"
+         "                         measures it: chunks of -c tokens, each token of a chunk's second half\n"
+         "                         scored; prints the running estimate per chunk and the final one\n"
+         "  --chunks N             --perplexity: at most N chunks (default: every whole chunk)\n"
          "  --prompt-cache FILE    resume from the state saved after an earlier prompt that this one extends,\n"
          "                         and save the state after this prompt\n"
          "  --expert-stats FILE    MoE models: at the end of the session, write per MoE layer the tokens routed\n"

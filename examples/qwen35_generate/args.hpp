@@ -53,6 +53,8 @@ struct options {
   bool print_token_ids = false;                       // --print-token-ids
   std::string prompt_cache_path;                      // --prompt-cache FILE
   int64_t n_batch = 512;                              // -b: prompt tokens per batch
+  bool perplexity = false;                            // --perplexity: of the -f/-p text (perplexity.hpp)
+  std::optional<int64_t> ppl_chunks;                  // --chunks N: at most N chunks of it
   // expert-selection traces of the session (MoE models): written at its end
   std::optional<std::string> expert_stats_path;    // --expert-stats FILE.json
   std::optional<std::string> expert_heatmap_path;  // --expert-heatmap FILE.svg

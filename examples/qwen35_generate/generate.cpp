@@ -18,6 +18,7 @@
 #include "expert_trace.hpp"
 #include "memory_plan.hpp"
 #include "model_loader.hpp"
+#include "perplexity.hpp"
 #include "prompt_cache.hpp"
 #include "q35/io/chat_template.hpp"
 #include "q35/io/model_info.hpp"
@@ -280,6 +281,7 @@ int run_generate(const options& opt, std::ostream&) {
   cfg.kv_type = to_kv_type(opt.cache_type_k);
   cfg.n_batch = opt.n_batch;
   cfg.keep_all_logits = !opt.dump_logits_path.empty();
+  if (opt.perplexity) cfg.score_rows = 64;  // 64 x n_vocab floats of LM-head rows at once
   cfg.expert_stats = !expert_files.empty();
   cfg.moe_adaptive_k = adaptive;
   if (opt.expert_policy == "lru") cfg.expert_cache_policy = gen::expert_policy::lru;
@@ -310,6 +312,14 @@ int run_generate(const options& opt, std::ostream&) {
     if (add_bos && tok.specials().bos) ids.push_back(*tok.specials().bos);
     const std::vector<int32_t> text = tok.encode(*opt.prompt, /*parse_special=*/true);
     ids.insert(ids.end(), text.begin(), text.end());
+    if (opt.perplexity) {
+      const auto t_ppl = clock_type::now();
+      const perplexity_result r = run_perplexity(opt, ids, dec, std::cout);
+      t.prompt_s = seconds_since(t_ppl), t.prompt_tokens = r.chunks * dec.n_ctx();
+      if (!expert_files.empty()) write_expert_report(opt, file, bound.hparams, dec, t.prompt_tokens);
+      print_timings(t, model, dec);
+      return 0;
+    }
     if (ids.empty()) throw std::runtime_error("the prompt is empty (no tokens to start from)");
     std::cout << *opt.prompt << std::flush;
     if (opt.prompt_cache_path.empty()) {

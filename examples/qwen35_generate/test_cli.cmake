@@ -3,6 +3,7 @@
 #   tokenize_refs: every prompt of every ref_*.json (llama.cpp's ids) and of tokenizer_corpus.json through
 #                  --tokenize, compared with the ids; then the ids through --detokenize, compared with the prompt.
 #   bad_usage:     bad command lines, bad files and ids exit 1 with one error line; never a signal.
+#   perplexity:    --perplexity against llama.cpp's logits of the fixtures, chunking and its errors.
 #   generate:      greedy generation against the fixtures' continuations, --dump-logits rows, -n 0, a full
 #                  context, the prompt cache round trip, conversation mode, and the error cases.
 cmake_minimum_required(VERSION 3.24)
@@ -320,6 +321,54 @@ elseif(Q35_CHECK STREQUAL "generate")
   expect_fail("does not exist" -m "${Q35_WORK_DIR}/no_such_model.gguf" -p hi)
   file(WRITE "${Q35_WORK_DIR}/bad.cache" "garbage garbage garbage garbage garbage garbage garbage garbage garbage")
   expect_fail("bad.cache: not a q35 prompt cache" -m "${model}" -p hi -n 1 --prompt-cache "${Q35_WORK_DIR}/bad.cache")
+elseif(Q35_CHECK STREQUAL "perplexity")
+  # --perplexity against llama.cpp: ref_tiny_{dense,moe}.json case 1 (31 tokens) as one chunk of -c 31
+  # (tokens 16..30 scored). The expected PPL is exp(mean NLL) of llama.cpp's logits rows 15..29 of the
+  # F32 models, taken through a float64 log-softmax (tests/data/README.md's files; computed once):
+  # 236584.283081 (dense), 343019.846010 (MoE). Our log-probabilities agree within ~1.4e-5 on these
+  # models (test_decoder_score.cpp), so the PPL within 1e-4 relative: the bounds below.
+  file(READ "${Q35_TEST_DATA_DIR}/ref_tiny_dense.json" json)
+  string(JSON text GET "${json}" cases 1 prompt)
+  set(text_file "${Q35_WORK_DIR}/ppl_case1.txt")
+  file(WRITE "${text_file}" "${text}")
+  foreach(m "tiny_dense.gguf;236560.62;236607.94" "tiny_moe.gguf;342985.54;343054.15")
+    list(GET m 0 gguf)
+    list(GET m 1 lo)
+    list(GET m 2 hi)
+    run(out err rc -m "${Q35_TEST_DATA_DIR}/${gguf}" -f "${text_file}" --perplexity -c 31 -ctk f32 -ctv f32)
+    if(NOT rc STREQUAL "0" OR NOT out MATCHES "1 chunk\\(s\\) of 31 tokens, scoring the last 15 of each\n\\[1\\][0-9.]+,\nFinal estimate: PPL = ([0-9.]+) \\+/- [0-9.]+\n")
+      fail("--perplexity on ${gguf}: rc=${rc} stdout '${out}' stderr '${err}'")
+    else()
+      set(ppl "${CMAKE_MATCH_1}")
+      if(ppl LESS lo OR ppl GREATER hi)
+        fail("--perplexity on ${gguf}: PPL ${ppl} outside [${lo}, ${hi}] (llama.cpp's logits)")
+      endif()
+    endif()
+  endforeach()
+  # chunks: 31 tokens make 3 of -c 10 (the last token left out); --chunks 2 takes the first two, which
+  # report what the first two of all three reported; the final estimate is the last running one
+  run(out err rc -m "${Q35_TEST_DATA_DIR}/tiny_moe.gguf" -f "${text_file}" --perplexity -c 10)
+  if(NOT out MATCHES "3 chunk\\(s\\) of 10 tokens, scoring the last 4 of each\n(\\[1\\][0-9.]+,\\[2\\][0-9.]+,)\\[3\\]([0-9.]+),\nFinal estimate: PPL = ([0-9.]+) ")
+    fail("--perplexity -c 10: '${out}' '${err}'")
+  else()
+    set(two "${CMAKE_MATCH_1}")
+    if(NOT CMAKE_MATCH_2 STREQUAL CMAKE_MATCH_3)
+      fail("--perplexity: the final estimate ${CMAKE_MATCH_3} is not the last running one ${CMAKE_MATCH_2}")
+    endif()
+    run(out err rc -m "${Q35_TEST_DATA_DIR}/tiny_moe.gguf" -f "${text_file}" --perplexity -c 10 --chunks 2)
+    string(FIND "${out}" "2 chunk(s) of 10 tokens" at)
+    string(FIND "${out}" "${two}\nFinal" at2)
+    if(at LESS 0 OR at2 LESS 0)
+      fail("--perplexity --chunks 2: '${out}', expected the first two of '${two}'")
+    endif()
+  endif()
+  set(model "${Q35_TEST_DATA_DIR}/tiny_moe.gguf")
+  expect_fail("--perplexity: the text has 31 tokens, fewer than one chunk of -c 64 tokens" -m "${model}" -f "${text_file}" --perplexity -c 64)
+  expect_fail("--perplexity needs a text" -m "${model}" --perplexity --info)
+  expect_fail("--perplexity measures a text: it cannot be combined with -cnv" -m "${model}" -f "${text_file}" --perplexity -cnv)
+  expect_fail("--chunks counts the chunks of --perplexity" -m "${model}" -f "${text_file}" --chunks 2)
+  expect_fail("--chunks" -m "${model}" -f "${text_file}" --perplexity --chunks 0)
+  expect_fail("--perplexity cannot be combined with --prompt-cache" -m "${model}" -f "${text_file}" --perplexity --prompt-cache "${Q35_WORK_DIR}/c")
 else()
   message(FATAL_ERROR "unknown Q35_CHECK '${Q35_CHECK}'")
 endif()
