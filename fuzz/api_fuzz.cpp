@@ -41,8 +41,8 @@ void check_error(const srv::api_error& e) {
   require(j.at("error").at("type").is_string());
 }
 
-void check_max_tokens(const std::optional<int64_t>& m, const srv::api_limits& limits) {
-  require(!m || (*m >= 1 && *m <= limits.max_tokens));
+void check_max_tokens(const std::optional<int64_t>& m, const srv::api_limits& limits, int64_t lo = 1) {
+  require(!m || (*m >= lo && *m <= limits.max_tokens));
 }
 
 const srv::response_meta meta{"chatcmpl-fuzz", 1700000000, "fuzz"};
@@ -54,6 +54,7 @@ void chat(std::string_view body) {
   if (const auto* e = std::get_if<srv::api_error>(&r)) return check_error(*e);
   const srv::chat_request& q = std::get<srv::chat_request>(r);
   require(q35::io::is_valid_utf8(q.prompt) && !q.prompt.empty());
+  require(q.n >= 1 && q.n <= limits.max_choices);
   check_max_tokens(q.max_tokens, limits);
   for (const std::string& s : q.output.stop) require(!s.empty() && q35::io::is_valid_utf8(s));
 }
@@ -64,8 +65,10 @@ void completion(std::string_view body) {
   const auto r = srv::parse_completion_request(body, limits);
   if (const auto* e = std::get_if<srv::api_error>(&r)) return check_error(*e);
   const srv::completion_request& q = std::get<srv::completion_request>(r);
-  require(q35::io::is_valid_utf8(q.prompt));
-  check_max_tokens(q.max_tokens, limits);
+  require(!q.prompts.empty() && int64_t(q.prompts.size()) * q.n <= limits.max_choices && q.n >= 1);
+  for (const srv::prompt_input& p : q.prompts)
+    require(q35::io::is_valid_utf8(p.text) && (p.text.empty() != p.ids.empty()));
+  check_max_tokens(q.max_tokens, limits, q.echo ? 0 : 1);  // max_tokens 0 only with echo
   for (const std::string& s : q.stop) require(!s.empty() && q35::io::is_valid_utf8(s));
 }
 

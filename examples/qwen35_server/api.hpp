@@ -27,7 +27,11 @@
 // - tool_choice: "auto" (the default) is honoured; "none" leaves the tools out of the prompt and the
 //   output unparsed; "required" and a named function need constrained decoding and get a 400.
 //   parallel_tool_calls is accepted and ignored (every call the model writes is returned).
-// - The model name is echoed, never checked; n and best_of must be 1; response_format only "text".
+// - n (1 .. 16 choices, times the prompts of a completion): each choice is its own request to the
+//   scheduler (so they decode together), choice i with seed + i when a seed is given; usage counts
+//   each prompt once and every choice's tokens. A completion takes several prompts ("prompt": ["a",
+//   "b"] or [[1, 2], [3]]); choice p x n + i belongs to prompt p.
+// - The model name is echoed, never checked; best_of must be 1; response_format only "text".
 #pragma once
 
 #include <cstdint>
@@ -61,6 +65,7 @@ struct api_limits {
   size_t max_stop = 4;               // stop strings per request (OpenAI's limit)
   size_t max_logit_bias = 1000;      // logit_bias tokens per request (launch::logit_bias_max_entries is
                                      // 1,024: ignore_eos adds the end-of-generation ids)
+  int max_choices = 16;              // choices per request at most: n x prompts, each one scheduler request
 };
 
 // The fields of q35::launch::sampling_params with OpenAI's defaults (not llama.cpp's).
@@ -102,13 +107,22 @@ struct chat_request {
   bool include_usage = false;       // stream_options.include_usage
   output_options output;            // thinking, tools (empty under tool_choice "none") and stop strings
   std::optional<int> top_logprobs;  // logprobs: true, with this many of the most likely tokens
+  int n = 1;                        // choices, each generated on its own (seed + i with a seed)
+};
+
+// One prompt of a completion request: text (special tokens parsed), or token ids ([1, 2, 3], as vLLM and
+// llama-server accept them; the scheduler checks them against the vocabulary) when ids is non-empty.
+struct prompt_input {
+  std::string text;
+  std::vector<int32_t> ids;
 };
 
 struct completion_request {
   std::string model;
-  std::string prompt;               // text (special tokens parsed), or empty when prompt_ids is given
-  std::vector<int32_t> prompt_ids;  // a prompt of token ids ([1, 2, 3] or [[1, 2, 3]]), as vLLM and
-                                    // llama-server accept it; the scheduler checks them against the vocabulary
+  // "text", ["text", ...], [1, 2], [[1, 2], ...]: each prompt gets n choices (choice index
+  // prompt x n + i, as OpenAI numbers them)
+  std::vector<prompt_input> prompts;
+  int n = 1;
   sampling_options sampling;
   std::optional<int64_t> max_tokens;  // none: the server's choice (OpenAI's default is 16); 0 only with echo
   bool stream = false;
@@ -120,8 +134,8 @@ struct completion_request {
   bool echo = false;
 };
 
-// POST /v1/chat/completions and /v1/completions bodies. Errors: 400 naming the field (and the value or
-// the expected type), 413 for a body over limits.max_body_bytes.
+// POST /v1/chat/completions and /v1/completions bodies. n x prompts is at most limits.max_choices. Errors: 400 naming
+// the field (and the value or the expected type), 413 for a body over limits.max_body_bytes.
 std::variant<chat_request, api_error> parse_chat_request(std::string_view body, const api_limits& limits = {});
 std::variant<completion_request, api_error> parse_completion_request(std::string_view body,
                                                                      const api_limits& limits = {});
@@ -245,6 +259,20 @@ std::string chat_completion_body(const response_meta& meta, const parsed_output&
 // A text_completion object.
 std::string completion_body(const response_meta& meta, std::string_view text, finish_reason finish,
                             const usage_info& usage, const std::vector<token_logprob>* logprobs = nullptr);
+// The same objects with several choices (indices 0, 1, ... in order).
+struct chat_choice {
+  parsed_output out;
+  finish_reason finish = finish_reason::stop;
+  const std::vector<token_logprob>* logprobs = nullptr;
+};
+std::string chat_completion_body(const response_meta& meta, std::span<const chat_choice> choices,
+                                 const usage_info& usage);
+struct text_choice {
+  std::string text;
+  finish_reason finish = finish_reason::stop;
+  const std::vector<token_logprob>* logprobs = nullptr;
+};
+std::string completion_body(const response_meta& meta, std::span<const text_choice> choices, const usage_info& usage);
 // GET /v1/models.
 std::string models_body(std::span<const std::string> model_ids, int64_t created, std::string_view owned_by = "q35");
 
@@ -253,33 +281,46 @@ std::string sse_event(std::string_view json);
 inline constexpr std::string_view sse_done = "data: [DONE]\n\n";
 
 // The SSE frames of a streamed chat completion: begin() (the role chunk), one delta() per stream_delta,
-// end() (the finish chunk, the usage chunk when include_usage, [DONE]).
+// end() (the finish chunk, the usage chunk when include_usage, [DONE]). With several choices, one
+// stream per choice (its `index`): each its begin(), deltas and finish(), then one close() for all.
 class chat_stream {
  public:
-  chat_stream(response_meta meta, bool include_usage) : meta_(std::move(meta)), include_usage_(include_usage) {}
+  chat_stream(response_meta meta, bool include_usage, int index = 0)
+      : meta_(std::move(meta)), include_usage_(include_usage), index_(index) {}
   std::string begin() const;
   // "" for a delta without text; logprobs (when given) go in the chunk's choice.
   std::string delta(const stream_delta& d, const std::vector<token_logprob>* logprobs = nullptr);
-  std::string end(finish_reason finish, const usage_info& usage,
-                  const std::vector<token_logprob>* logprobs = nullptr) const;
+  std::string finish(finish_reason finish, const std::vector<token_logprob>* logprobs = nullptr) const;
+  std::string close(const usage_info& usage) const;  // the usage chunk when include_usage, [DONE]
+  std::string end(finish_reason f, const usage_info& usage,
+                  const std::vector<token_logprob>* logprobs = nullptr) const {
+    return finish(f, logprobs) + close(usage);
+  }
 
  private:
   response_meta meta_;
   bool include_usage_;
+  int index_;
   size_t n_calls_ = 0;
 };
 
-// The SSE frames of a streamed text completion.
+// The SSE frames of a streamed text completion (several choices: as chat_stream).
 class completion_stream {
  public:
-  completion_stream(response_meta meta, bool include_usage) : meta_(std::move(meta)), include_usage_(include_usage) {}
+  completion_stream(response_meta meta, bool include_usage, int index = 0)
+      : meta_(std::move(meta)), include_usage_(include_usage), index_(index) {}
   std::string delta(std::string_view text, const std::vector<token_logprob>* logprobs = nullptr) const;
-  std::string end(finish_reason finish, const usage_info& usage,
-                  const std::vector<token_logprob>* logprobs = nullptr) const;
+  std::string finish(finish_reason finish, const std::vector<token_logprob>* logprobs = nullptr) const;
+  std::string close(const usage_info& usage) const;
+  std::string end(finish_reason f, const usage_info& usage,
+                  const std::vector<token_logprob>* logprobs = nullptr) const {
+    return finish(f, logprobs) + close(usage);
+  }
 
  private:
   response_meta meta_;
   bool include_usage_;
+  int index_;
 };
 
 // ---- authentication --------------------------------------------------------------------------------

@@ -311,7 +311,7 @@ std::vector<std::pair<int32_t, float>> logit_bias_of(const json& lb, const api_l
 }
 
 void common_fields(const json& body, const api_limits& limits, sampling_options& s, bool& stream, bool& include_usage,
-                   std::vector<std::string>& stop) {
+                   std::vector<std::string>& stop, int& n) {
   get_string(body, "", "model");
   stream = get_bool(body, "", "stream").value_or(false);
   if (const json* so = get_object(body, "", "stream_options")) {
@@ -348,7 +348,7 @@ void common_fields(const json& body, const api_limits& limits, sampling_options&
     }
     std::erase(stop, std::string());  // an empty stop string would end every generation at once
   }
-  get_int(body, "", "n", 1, 1);
+  n = int(get_int(body, "", "n", 1, limits.max_choices).value_or(1));
   get_string(body, "", "user");
   get_object(body, "", "metadata");
   get_bool(body, "", "store");
@@ -404,7 +404,7 @@ std::variant<chat_request, api_error> parse_chat_request(std::string_view body_t
                 "top_logprobs"});
     chat_request r;
     r.model = get_string(body, "", "model").value_or("");
-    common_fields(body, limits, r.sampling, r.stream, r.include_usage, r.output.stop);
+    common_fields(body, limits, r.sampling, r.stream, r.include_usage, r.output.stop, r.n);
     r.max_tokens = get_int(body, "", "max_tokens", 1, limits.max_tokens);
     if (auto m = get_int(body, "", "max_completion_tokens", 1, limits.max_tokens)) r.max_tokens = m;
     const auto top = get_int(body, "", "top_logprobs", 0, max_top_logprobs);
@@ -484,35 +484,42 @@ std::variant<completion_request, api_error> parse_completion_request(std::string
                 "ignore_eos"});
     completion_request r;
     r.model = get_string(body, "", "model").value_or("");
-    common_fields(body, limits, r.sampling, r.stream, r.include_usage, r.stop);
+    common_fields(body, limits, r.sampling, r.stream, r.include_usage, r.stop, r.n);
     r.echo = get_bool(body, "", "echo").value_or(false);
     r.max_tokens = get_int(body, "", "max_tokens", r.echo ? 0 : 1, limits.max_tokens);
     const json* prompt = get(body, "prompt");
     if (!prompt) fail("prompt", "'prompt' is required");
-    // one prompt: "text", ["text"], [id, ...] or [[id, ...]] (batches of several are not supported)
-    const json* one = prompt->is_array() && prompt->size() == 1 && !(*prompt)[0].is_number() ? &(*prompt)[0] : prompt;
-    const std::string where = one == prompt ? "prompt" : "prompt[0]";
-    if (one->is_string()) {
-      r.prompt = one->get<std::string>();
-    } else if (one->is_array() && !one->empty() &&
-               std::all_of(one->begin(), one->end(), [](const json& v) { return v.is_number_integer(); })) {
-      for (size_t i = 0; i < one->size(); ++i) {
-        const json& v = (*one)[i];
-        if (v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t(INT32_MAX) : v.get<int64_t>() < 0)
-          fail(where + "[" + std::to_string(i) + "]", "'" + where + "[" + std::to_string(i) +
-                                                          "]' must be a token id (a non-negative integer), got " +
-                                                          shown(v));
-        r.prompt_ids.push_back(int32_t(v.get<int64_t>()));
+    // "text", [id, ...] (one prompt), or an array of prompts: ["text", ...], [[id, ...], ...], mixed
+    const auto is_id = [](const json& v) { return v.is_number_integer(); };
+    const auto one_prompt = [&](const json& p, const std::string& where) {
+      prompt_input in;
+      if (p.is_string()) {
+        in.text = p.get<std::string>();
+        if (in.text.empty()) fail(where, "'" + where + "' must not be empty");
+      } else if (p.is_array() && !p.empty() && std::all_of(p.begin(), p.end(), is_id)) {
+        for (size_t i = 0; i < p.size(); ++i) {
+          const json& v = p[i];
+          const std::string at = where + "[" + std::to_string(i) + "]";
+          if (v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t(INT32_MAX) : v.get<int64_t>() < 0)
+            fail(at, "'" + at + "' must be a token id (a non-negative integer), got " + shown(v));
+          in.ids.push_back(int32_t(v.get<int64_t>()));
+        }
+      } else if (p.is_array() && p.empty()) {
+        fail(where, "'" + where + "' must not be empty");
+      } else {
+        wrong_type(where, "a string or an array of token ids", p);
       }
-    } else if (one->is_array() && one->empty()) {
-      fail(where, "'" + where + "' must not be empty");
+      r.prompts.push_back(std::move(in));
+    };
+    if (prompt->is_array() && !prompt->empty() && !std::all_of(prompt->begin(), prompt->end(), is_id)) {
+      for (size_t i = 0; i < prompt->size(); ++i) one_prompt((*prompt)[i], "prompt[" + std::to_string(i) + "]");
     } else {
-      wrong_type(where,
-                 "a string, an array of token ids, or an array of one of those (batches of several prompts are "
-                 "not supported)",
-                 *one);
+      one_prompt(*prompt, "prompt");
     }
-    if (r.prompt.empty() && r.prompt_ids.empty()) fail("prompt", "'prompt' must not be empty");
+    if (int64_t(r.prompts.size()) * r.n > limits.max_choices)
+      fail("n", std::to_string(r.prompts.size()) + " prompt(s) x n = " + std::to_string(r.n) + " make " +
+                    std::to_string(int64_t(r.prompts.size()) * r.n) + " choices, more than the " +
+                    std::to_string(limits.max_choices) + " a request may ask for");
     get_int(body, "", "best_of", 1, 1);
     if (get(body, "suffix")) fail("suffix", "'suffix' is not supported (no fill-in-the-middle)");
     if (const auto n = get_int(body, "", "logprobs", 0, max_top_logprobs)) r.top_logprobs = int(*n);

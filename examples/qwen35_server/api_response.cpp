@@ -106,8 +106,10 @@ std::string new_id(std::string_view prefix) {
   return id;
 }
 
-std::string chat_completion_body(const response_meta& meta, const parsed_output& out, finish_reason finish,
-                                 const usage_info& usage, const std::vector<token_logprob>* logprobs) {
+namespace {
+
+json chat_choice_json(int index, const parsed_output& out, finish_reason finish,
+                      const std::vector<token_logprob>* logprobs) {
   json message = {{"role", "assistant"}};
   message["content"] = out.content.empty() && !out.tool_calls.empty() ? json(nullptr) : json(out.content);
   if (!out.reasoning_content.empty()) message["reasoning_content"] = out.reasoning_content;
@@ -116,22 +118,49 @@ std::string chat_completion_body(const response_meta& meta, const parsed_output&
     for (const tool_call& c : out.tool_calls) message["tool_calls"].push_back(call_json(c));
     if (finish == finish_reason::stop) finish = finish_reason::tool_calls;
   }
+  return {{"index", index},
+          {"message", std::move(message)},
+          {"logprobs", chat_logprobs(logprobs)},
+          {"finish_reason", finish_name(finish)}};
+}
+
+json text_choice_json(int index, std::string_view text, finish_reason finish,
+                      const std::vector<token_logprob>* logprobs) {
+  return {{"text", std::string(text)},
+          {"index", index},
+          {"logprobs", completion_logprobs(logprobs)},
+          {"finish_reason", finish_name(finish)}};
+}
+
+}  // namespace
+
+std::string chat_completion_body(const response_meta& meta, const parsed_output& out, finish_reason finish,
+                                 const usage_info& usage, const std::vector<token_logprob>* logprobs) {
+  const chat_choice one{out, finish, logprobs};
+  return chat_completion_body(meta, std::span<const chat_choice>(&one, 1), usage);
+}
+
+std::string chat_completion_body(const response_meta& meta, std::span<const chat_choice> choices,
+                                 const usage_info& usage) {
   json j = head(meta, "chat.completion");
-  j["choices"] = json::array({{{"index", 0},
-                               {"message", std::move(message)},
-                               {"logprobs", chat_logprobs(logprobs)},
-                               {"finish_reason", finish_name(finish)}}});
+  j["choices"] = json::array();
+  for (size_t i = 0; i < choices.size(); ++i)
+    j["choices"].push_back(chat_choice_json(int(i), choices[i].out, choices[i].finish, choices[i].logprobs));
   j["usage"] = usage_json(usage);
   return detail::dump(j);
 }
 
 std::string completion_body(const response_meta& meta, std::string_view text, finish_reason finish,
                             const usage_info& usage, const std::vector<token_logprob>* logprobs) {
+  const text_choice one{std::string(text), finish, logprobs};
+  return completion_body(meta, std::span<const text_choice>(&one, 1), usage);
+}
+
+std::string completion_body(const response_meta& meta, std::span<const text_choice> choices, const usage_info& usage) {
   json j = head(meta, "text_completion");
-  j["choices"] = json::array({{{"text", std::string(text)},
-                               {"index", 0},
-                               {"logprobs", completion_logprobs(logprobs)},
-                               {"finish_reason", finish_name(finish)}}});
+  j["choices"] = json::array();
+  for (size_t i = 0; i < choices.size(); ++i)
+    j["choices"].push_back(text_choice_json(int(i), choices[i].text, choices[i].finish, choices[i].logprobs));
   j["usage"] = usage_json(usage);
   return detail::dump(j);
 }
@@ -147,7 +176,7 @@ std::string sse_event(std::string_view json_text) { return "data: " + std::strin
 
 std::string chat_stream::begin() const {
   return chunk(meta_, "chat.completion.chunk",
-               {{"index", 0},
+               {{"index", index_},
                 {"delta", {{"role", "assistant"}, {"content", ""}}},
                 {"logprobs", nullptr},
                 {"finish_reason", nullptr}},
@@ -166,43 +195,49 @@ std::string chat_stream::delta(const stream_delta& d, const std::vector<token_lo
     if (d.text.empty()) return "";
     delta[d.kind == delta_kind::reasoning ? "reasoning_content" : "content"] = d.text;
   }
-  return chunk(
-      meta_, "chat.completion.chunk",
-      {{"index", 0}, {"delta", std::move(delta)}, {"logprobs", chat_logprobs(logprobs)}, {"finish_reason", nullptr}},
-      include_usage_);
+  return chunk(meta_, "chat.completion.chunk",
+               {{"index", index_},
+                {"delta", std::move(delta)},
+                {"logprobs", chat_logprobs(logprobs)},
+                {"finish_reason", nullptr}},
+               include_usage_);
 }
 
-std::string chat_stream::end(finish_reason finish, const usage_info& usage,
-                             const std::vector<token_logprob>* logprobs) const {
+std::string chat_stream::finish(finish_reason finish, const std::vector<token_logprob>* logprobs) const {
   if (finish == finish_reason::stop && n_calls_ > 0) finish = finish_reason::tool_calls;
   return chunk(meta_, "chat.completion.chunk",
-               {{"index", 0},
+               {{"index", index_},
                 {"delta", json::object()},
                 {"logprobs", chat_logprobs(logprobs)},
                 {"finish_reason", finish_name(finish)}},
-               include_usage_) +
-         tail(meta_, "chat.completion.chunk", include_usage_, usage);
+               include_usage_);
+}
+
+std::string chat_stream::close(const usage_info& usage) const {
+  return tail(meta_, "chat.completion.chunk", include_usage_, usage);
 }
 
 std::string completion_stream::delta(std::string_view text, const std::vector<token_logprob>* logprobs) const {
   if (text.empty()) return "";
   return chunk(meta_, "text_completion",
                {{"text", std::string(text)},
-                {"index", 0},
+                {"index", index_},
                 {"logprobs", completion_logprobs(logprobs)},
                 {"finish_reason", nullptr}},
                include_usage_);
 }
 
-std::string completion_stream::end(finish_reason finish, const usage_info& usage,
-                                   const std::vector<token_logprob>* logprobs) const {
+std::string completion_stream::finish(finish_reason finish, const std::vector<token_logprob>* logprobs) const {
   return chunk(meta_, "text_completion",
                {{"text", ""},
-                {"index", 0},
+                {"index", index_},
                 {"logprobs", completion_logprobs(logprobs)},
                 {"finish_reason", finish_name(finish)}},
-               include_usage_) +
-         tail(meta_, "text_completion", include_usage_, usage);
+               include_usage_);
+}
+
+std::string completion_stream::close(const usage_info& usage) const {
+  return tail(meta_, "text_completion", include_usage_, usage);
 }
 
 bool keys_equal(std::string_view a, std::string_view b) {

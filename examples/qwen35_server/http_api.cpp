@@ -24,16 +24,40 @@ namespace q35::server {
 
 namespace {
 
-// A request's ids on their way from the stepping thread to its connection thread.
-struct channel {
-  std::mutex m;
-  std::condition_variable cv;
+// A request's choices on their way from the stepping thread to its connection thread: one slot per
+// choice (one scheduler request each), one lock and one condition for all of them.
+struct choice_slot {
   std::vector<int32_t> ids;
   std::vector<launch::token_logprobs> logprobs;  // with each id, when the request asked for them
-  // the prompt's log-probabilities (echo with logprobs), once it is in; taken by the first next_ids()
+  // the prompt's log-probabilities (echo with logprobs), once it is in
   std::optional<std::vector<launch::token_logprobs>> prompt;
   std::optional<finish_info> done;
 };
+struct channel {
+  std::mutex m;
+  std::condition_variable cv;
+  std::vector<choice_slot> slots;
+};
+// What a slot delivered since the last look.
+struct taken {
+  std::vector<int32_t> ids;
+  std::vector<launch::token_logprobs> logprobs;
+  std::optional<std::vector<launch::token_logprobs>> prompt;
+  std::optional<finish_info> done;  // the end, once every id before it was taken
+};
+// (with the channel's lock) whether `s` has something for a taker that wants the prompt's entries or
+// not, and the taking
+bool has_news(const choice_slot& s, bool want_prompt) {
+  return !s.ids.empty() || s.done.has_value() || (want_prompt && s.prompt.has_value());
+}
+taken take(choice_slot& s) {
+  taken t;
+  t.ids.swap(s.ids);
+  t.logprobs.swap(s.logprobs);
+  if (s.prompt) t.prompt = std::move(s.prompt), s.prompt.reset();
+  t.done = s.done;
+  return t;
+}
 
 // The text of a generation as its ids arrive: UTF-8 characters whole (io::stream_decoder). fold > 0
 // (a synthetic model whose vocabulary is larger than the tokenizer's): ids are shown modulo fold.
@@ -173,12 +197,17 @@ class http_api::impl {
     res.set_content(error_body(e), "application/json");
   }
 
-  // Tokens, the scheduler's refusal as an HTTP error, or a started request.
+  // A request's choices, started: a slot of the channel and a scheduler request each, choice p x n + i
+  // for prompt p.
   struct started {
     std::shared_ptr<channel> ch;
-    request_handle handle;
-    int64_t prompt_tokens = 0;
-    std::vector<int32_t> ids;  // the prompt's
+    std::vector<request_handle> handles;    // per choice
+    std::vector<std::vector<int32_t>> ids;  // per choice: its prompt's
+    int64_t prompt_tokens = 0;              // usage: each prompt once
+    size_t size() const { return handles.size(); }
+    void cancel_all() const {
+      for (const request_handle& h : handles) h.cancel();  // (no effect on the ended ones)
+    }
   };
   // The prompt as its tokens render (special tokens as their text): an echo's text, whose bytes the
   // logprobs' offsets count (for a text prompt, the prompt as given).
@@ -187,88 +216,101 @@ class http_api::impl {
     for (int32_t id : ids) out += tok_.piece(fold_ids_ > 0 ? id % fold_ids_ : id, true);
     return out;
   }
-  // `field`: where the prompt came from ("messages", "prompt"), for the error's param.
-  // `ids`: the prompt's token ids when given as such (then `prompt` is not used).
-  std::optional<started> start(httplib::Response& res, const std::string& prompt, const char* field,
+
+  // Tokenizes and checks every prompt, then submits n requests per prompt (choice i with seed + i when
+  // a seed is given). A refusal is an HTTP error (nothing stays submitted); else the started choices.
+  // `field`: where the prompts came from ("messages", "prompt"), for the error's param.
+  std::optional<started> start(httplib::Response& res, const std::vector<prompt_input>& prompts, const char* field,
                                const sampling_options& s, std::optional<int64_t> max_tokens,
-                               std::optional<int> top_logprobs, std::vector<int32_t> ids = {},
-                               int prompt_logprobs = -1) {
-    try {
-      if (ids.empty()) ids = tok_.encode(prompt, /*parse_special=*/true);
-    } catch (const std::exception& e) {
-      error(res, {400, "invalid_request_error", std::string("the prompt cannot be tokenized: ") + e.what(), ""});
-      return std::nullopt;
-    }
-    if (ids.empty()) {
-      error(res, {400, "invalid_request_error", "the prompt is empty (no tokens)", field});
-      return std::nullopt;
-    }
-    if (int64_t(ids.size()) >= n_ctx_) {
-      error(res, {400, "invalid_request_error",
-                  "the prompt has " + std::to_string(ids.size()) + " tokens; the context holds " +
-                      std::to_string(n_ctx_) + " (the prompt and at least one generated token)",
-                  field});
-      return std::nullopt;
-    }
-    auto ch = std::make_shared<channel>();
-    request r;
-    r.prompt = ids;
-    r.sampling.temperature = s.temperature, r.sampling.top_k = s.top_k, r.sampling.top_p = s.top_p;
-    r.sampling.min_p = s.min_p, r.sampling.repeat_penalty = s.repeat_penalty;
-    r.sampling.frequency_penalty = s.frequency_penalty, r.sampling.presence_penalty = s.presence_penalty;
-    r.sampling.repeat_last_n = s.repeat_last_n;
-    for (const auto& [id, b] : s.logit_bias) r.logit_bias.push_back({id, b});
-    r.top_logprobs = top_logprobs.value_or(-1);
-    r.ignore_eos = s.ignore_eos;
-    r.sampling.seed = s.seed ? *s.seed : std::random_device{}() * uint64_t(0x9e3779b97f4a7c15ull) + next_seed_++;
-    r.max_tokens = max_tokens ? *max_tokens : n_ctx_ - int64_t(ids.size());
-    r.on_token = [ch](int32_t id, const launch::token_logprobs* lp) {
-      std::lock_guard<std::mutex> lock(ch->m);
-      ch->ids.push_back(id);
-      if (lp) ch->logprobs.push_back(*lp);
-      ch->cv.notify_all();
-    };
-    r.prompt_logprobs = prompt_logprobs;
-    if (prompt_logprobs >= 0)
-      r.on_prompt = [ch](const std::vector<launch::token_logprobs>& answers) {
-        std::lock_guard<std::mutex> lock(ch->m);
-        ch->prompt = answers;
-        ch->cv.notify_all();
-      };
-    r.on_done = [ch](const finish_info& f) {
-      std::lock_guard<std::mutex> lock(ch->m);
-      ch->done = f;
-      ch->cv.notify_all();
-    };
-    submit_result sub = sched_.submit(std::move(r));
-    if (!sub.ok()) {
-      if (sub.error == submit_error::queue_full) {
-        res.set_header("Retry-After", "1");
-        error(res, {503, "server_overloaded", sub.message, ""});
-      } else {
-        error(res, {400, "invalid_request_error", sub.message, ""});
+                               std::optional<int> top_logprobs, int n, int prompt_logprobs = -1) {
+    std::vector<std::vector<int32_t>> tokens;
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      const std::string which = prompts.size() > 1 ? "prompt " + std::to_string(p) : "the prompt";
+      std::vector<int32_t> ids = prompts[p].ids;
+      try {
+        if (ids.empty()) ids = tok_.encode(prompts[p].text, /*parse_special=*/true);
+      } catch (const std::exception& e) {
+        error(res, {400, "invalid_request_error", which + " cannot be tokenized: " + e.what(), ""});
+        return std::nullopt;
       }
-      return std::nullopt;
+      if (ids.empty()) {
+        error(res, {400, "invalid_request_error", which + " is empty (no tokens)", field});
+        return std::nullopt;
+      }
+      if (int64_t(ids.size()) >= n_ctx_) {
+        error(res, {400, "invalid_request_error",
+                    which + " has " + std::to_string(ids.size()) + " tokens; the context holds " +
+                        std::to_string(n_ctx_) + " (the prompt and at least one generated token)",
+                    field});
+        return std::nullopt;
+      }
+      tokens.push_back(std::move(ids));
     }
-    return started{ch, sub.handle, int64_t(ids.size()), std::move(ids)};
+    started st;
+    st.ch = std::make_shared<channel>();
+    st.ch->slots.resize(tokens.size() * size_t(n));
+    const uint64_t base_seed =
+        s.seed ? *s.seed : std::random_device{}() * uint64_t(0x9e3779b97f4a7c15ull) + next_seed_++;
+    for (size_t p = 0; p < tokens.size(); ++p) {
+      st.prompt_tokens += int64_t(tokens[p].size());
+      for (int i = 0; i < n; ++i) {
+        const size_t k = st.handles.size();
+        request r;
+        r.prompt = tokens[p];
+        r.sampling.temperature = s.temperature, r.sampling.top_k = s.top_k, r.sampling.top_p = s.top_p;
+        r.sampling.min_p = s.min_p, r.sampling.repeat_penalty = s.repeat_penalty;
+        r.sampling.frequency_penalty = s.frequency_penalty, r.sampling.presence_penalty = s.presence_penalty;
+        r.sampling.repeat_last_n = s.repeat_last_n;
+        r.sampling.seed = base_seed + uint64_t(i);
+        for (const auto& [id, b] : s.logit_bias) r.logit_bias.push_back({id, b});
+        r.top_logprobs = top_logprobs.value_or(-1);
+        r.ignore_eos = s.ignore_eos;
+        r.max_tokens = max_tokens ? *max_tokens : n_ctx_ - int64_t(tokens[p].size());
+        std::shared_ptr<channel> ch = st.ch;
+        r.on_token = [ch, k](int32_t id, const launch::token_logprobs* lp) {
+          std::lock_guard<std::mutex> lock(ch->m);
+          ch->slots[k].ids.push_back(id);
+          if (lp) ch->slots[k].logprobs.push_back(*lp);
+          ch->cv.notify_all();
+        };
+        r.prompt_logprobs = prompt_logprobs;
+        if (prompt_logprobs >= 0)
+          r.on_prompt = [ch, k](const std::vector<launch::token_logprobs>& answers) {
+            std::lock_guard<std::mutex> lock(ch->m);
+            ch->slots[k].prompt = answers;
+            ch->cv.notify_all();
+          };
+        r.on_done = [ch, k](const finish_info& f) {
+          std::lock_guard<std::mutex> lock(ch->m);
+          ch->slots[k].done = f;
+          ch->cv.notify_all();
+        };
+        submit_result sub = sched_.submit(std::move(r));
+        if (!sub.ok()) {
+          st.cancel_all();  // the choices already submitted go too
+          if (sub.error == submit_error::queue_full) {
+            res.set_header("Retry-After", "1");
+            error(res, {503, "server_overloaded", sub.message, ""});
+          } else {
+            error(res, {400, "invalid_request_error", sub.message, ""});
+          }
+          return std::nullopt;
+        }
+        st.handles.push_back(sub.handle);
+        st.ids.push_back(tokens[p]);
+      }
+    }
+    return st;
   }
 
-  // Waits for new ids (or the prompt's log-probabilities, or the end) for up to `wait`; returns them
-  // (and their log-probabilities, when the request asked for them), and the end once it has come.
-  // `prompt` (when given) receives the prompt's log-probabilities the first time they are there.
-  static std::vector<int32_t> next_ids(channel& ch, std::chrono::milliseconds wait, std::optional<finish_info>& done,
-                                       std::vector<launch::token_logprobs>& logprobs,
-                                       std::optional<std::vector<launch::token_logprobs>>* prompt = nullptr) {
+  // Waits up to `wait` for news of choice k (its ids, the end, and with want_prompt its prompt's
+  // log-probabilities), and takes them.
+  static taken next(channel& ch, size_t k, std::chrono::milliseconds wait, bool want_prompt = false) {
     std::unique_lock<std::mutex> lock(ch.m);
-    ch.cv.wait_for(lock, wait,
-                   [&] { return !ch.ids.empty() || ch.done.has_value() || (prompt && ch.prompt.has_value()); });
-    if (prompt && ch.prompt) *prompt = std::move(ch.prompt), ch.prompt.reset();
-    std::vector<int32_t> out;
-    out.swap(ch.ids);
-    logprobs.clear();
-    logprobs.swap(ch.logprobs);
-    if (ch.done && out.empty()) done = ch.done;  // the end only after every id before it
-    return out;
+    ch.cv.wait_for(lock, wait, [&] { return has_news(ch.slots[k], want_prompt); });
+    taken t = take(ch.slots[k]);
+    if (!t.ids.empty()) t.done.reset();  // the end only after every id before it (the slot keeps it)
+    return t;
   }
 
   // The finish reason of an ended request; an error outcome throws (500).
@@ -286,50 +328,74 @@ class http_api::impl {
         model.empty() ? model_id_ : model};
   }
 
-  // The whole text of a non-streamed request; ends it early when a stop string has come.
-  // With `track`, also the tokens' log-probabilities.
-  std::string collect(started& s, const std::vector<std::string>& stop, finish_info& fin, bool& stopped,
-                      logprob_track* track) {
+  // The whole text of choice k of a non-streamed request; ends it early when a stop string has come.
+  // With `track`, also the tokens' log-probabilities, and the prompt's when `track` wants them (echo).
+  std::string collect(const started& s, size_t k, const std::vector<std::string>& stop, finish_info& fin, bool& stopped,
+                      logprob_track* track, std::optional<std::vector<launch::token_logprobs>>* prompt) {
     text_stream ts(tok_, fold_ids_);
     std::string text;
     std::optional<finish_info> done;
-    std::vector<launch::token_logprobs> lps;
     while (!done) {
-      const auto ids = next_ids(*s.ch, std::chrono::milliseconds(1000), done, lps);
-      if (track) track->add(ids, lps);
-      text += ts.take(ids);
+      taken t = next(*s.ch, k, std::chrono::milliseconds(1000), prompt != nullptr);
+      if (t.prompt && prompt) *prompt = std::move(t.prompt);
+      if (track) track->add(t.ids, t.logprobs);
+      text += ts.take(t.ids);
       if (!stopped && find_stop(text, stop)) {
         stopped = true;
-        s.handle.cancel();  // the rest would be cut anyway
+        s.handles[k].cancel();  // the rest would be cut anyway
       }
+      done = t.done;
     }
     text += ts.dec.flush();
     fin = *done;
     return text;
   }
 
+  // Cancels every choice of a request when the handler leaves (an error thrown half-way included): the
+  // choices that ended are not affected.
+  struct cancel_on_exit {
+    const started& s;
+    ~cancel_on_exit() { s.cancel_all(); }
+  };
+
   void chat(const httplib::Request& req, httplib::Response& res) {
     auto parsed = parse_chat_request(req.body, limits_);
     if (auto* e = std::get_if<api_error>(&parsed)) return error(res, *e);
     const chat_request cr = std::get<chat_request>(std::move(parsed));
-    auto st = start(res, cr.prompt, "messages", cr.sampling, cr.max_tokens, cr.top_logprobs);
+    const std::vector<prompt_input> prompt{{cr.prompt, {}}};
+    auto st = start(res, prompt, "messages", cr.sampling, cr.max_tokens, cr.top_logprobs, cr.n);
     if (!st) return;
-    std::optional<logprob_track> track;
-    if (cr.top_logprobs) track.emplace(tok_, fold_ids_, cr.output.stop);
+    const auto new_track = [&] {
+      return cr.top_logprobs ? std::optional<logprob_track>(std::in_place, tok_, fold_ids_, cr.output.stop)
+                             : std::nullopt;
+    };
     if (!cr.stream) {
-      finish_info fin;
-      bool stopped = false;
-      const std::string text = collect(*st, cr.output.stop, fin, stopped, track ? &*track : nullptr);
-      const parsed_output out = parse_output(text, cr.output);
-      const finish_reason why = reason_of(fin, stopped || out.stopped);
+      const cancel_on_exit guard{*st};
+      std::vector<std::optional<logprob_track>> tracks(st->size());
+      std::vector<chat_choice> choices;
+      int64_t completion_tokens = 0;
+      for (size_t k = 0; k < st->size(); ++k) {
+        if (cr.top_logprobs) tracks[k].emplace(tok_, fold_ids_, cr.output.stop);
+        finish_info fin;
+        bool stopped = false;
+        const std::string text =
+            collect(*st, k, cr.output.stop, fin, stopped, tracks[k] ? &*tracks[k] : nullptr, nullptr);
+        chat_choice c{parse_output(text, cr.output), finish_reason::stop, tracks[k] ? &tracks[k]->pending : nullptr};
+        c.finish = reason_of(fin, stopped || c.out.stopped);
+        completion_tokens += fin.completion_tokens;
+        choices.push_back(std::move(c));
+      }
       res.set_content(
-          chat_completion_body(meta("chatcmpl-", cr.model), out, why, {st->prompt_tokens, fin.completion_tokens},
-                               track ? &track->pending : nullptr),
+          chat_completion_body(meta("chatcmpl-", cr.model), choices, {st->prompt_tokens, completion_tokens}),
           "application/json");
       return;
     }
-    stream(res, std::move(*st), cr.output, chat_stream(meta("chatcmpl-", cr.model), cr.include_usage),
-           std::move(track));
+    const response_meta m = meta("chatcmpl-", cr.model);
+    std::vector<choice_stream<chat_stream>> choices;
+    for (size_t k = 0; k < st->size(); ++k)
+      choices.push_back({text_stream(tok_, fold_ids_), stream_splitter(cr.output),
+                         chat_stream(m, cr.include_usage, int(k)), new_track(), std::nullopt});
+    stream(res, std::move(*st), std::move(choices));
   }
 
   void completion(const httplib::Request& req, httplib::Response& res) {
@@ -337,36 +403,49 @@ class http_api::impl {
     if (auto* e = std::get_if<api_error>(&parsed)) return error(res, *e);
     const completion_request cr = std::get<completion_request>(std::move(parsed));
     const bool echo_logprobs = cr.echo && cr.top_logprobs;
-    auto st = start(res, cr.prompt, "prompt", cr.sampling, cr.max_tokens, cr.top_logprobs, cr.prompt_ids,
+    auto st = start(res, cr.prompts, "prompt", cr.sampling, cr.max_tokens, cr.top_logprobs, cr.n,
                     echo_logprobs ? *cr.top_logprobs : -1);
     if (!st) return;
-    std::optional<logprob_track> track;
-    if (cr.top_logprobs) track.emplace(tok_, fold_ids_, cr.stop);
-    std::optional<std::string> echo;
-    if (cr.echo) echo = rendered(st->ids);
-    if (track && echo) track->base = echo->size();
+    // per choice: its log-probabilities' track, and the echo of its prompt
+    std::vector<std::optional<logprob_track>> tracks(st->size());
+    std::vector<std::optional<std::string>> echoes(st->size());
+    for (size_t k = 0; k < st->size(); ++k) {
+      if (cr.top_logprobs) tracks[k].emplace(tok_, fold_ids_, cr.stop);
+      if (cr.echo) echoes[k] = rendered(st->ids[k]);
+      if (tracks[k] && echoes[k]) tracks[k]->base = echoes[k]->size();
+    }
     if (!cr.stream) {
-      finish_info fin;
-      bool stopped = false;
-      std::string text = collect(*st, cr.stop, fin, stopped, track ? &*track : nullptr);
-      if (const auto cut = find_stop(text, cr.stop)) text.resize(*cut), stopped = true;
-      const finish_reason why = reason_of(fin, stopped);
-      if (echo) {
-        text.insert(0, *echo);
-        if (track) {
-          std::lock_guard<std::mutex> lock(st->ch->m);  // (on_prompt came before on_done)
-          track->add_prompt(st->ids, st->ch->prompt.value_or(std::vector<launch::token_logprobs>{}));
+      const cancel_on_exit guard{*st};
+      std::vector<text_choice> choices;
+      int64_t completion_tokens = 0;
+      for (size_t k = 0; k < st->size(); ++k) {
+        finish_info fin;
+        bool stopped = false;
+        std::optional<std::vector<launch::token_logprobs>> prompt;
+        logprob_track* track = tracks[k] ? &*tracks[k] : nullptr;
+        std::string text = collect(*st, k, cr.stop, fin, stopped, track, echo_logprobs ? &prompt : nullptr);
+        if (const auto cut = find_stop(text, cr.stop)) text.resize(*cut), stopped = true;
+        const finish_reason why = reason_of(fin, stopped);
+        if (echoes[k]) {
+          text.insert(0, *echoes[k]);
+          if (track) track->add_prompt(st->ids[k], prompt.value_or(std::vector<launch::token_logprobs>{}));
         }
+        completion_tokens += fin.completion_tokens;
+        choices.push_back({std::move(text), why, track ? &track->pending : nullptr});
       }
-      res.set_content(completion_body(meta("cmpl-", cr.model), text, why, {st->prompt_tokens, fin.completion_tokens},
-                                      track ? &track->pending : nullptr),
+      res.set_content(completion_body(meta("cmpl-", cr.model), choices, {st->prompt_tokens, completion_tokens}),
                       "application/json");
       return;
     }
     output_options plain;
     plain.stop = cr.stop;
-    stream(res, std::move(*st), plain, completion_frames{completion_stream(meta("cmpl-", cr.model), cr.include_usage)},
-           std::move(track), std::move(echo));
+    const response_meta m = meta("cmpl-", cr.model);
+    std::vector<choice_stream<completion_frames>> choices;
+    for (size_t k = 0; k < st->size(); ++k)
+      choices.push_back({text_stream(tok_, fold_ids_), stream_splitter(plain),
+                         completion_frames{completion_stream(m, cr.include_usage, int(k))}, std::move(tracks[k]),
+                         std::move(echoes[k])});
+    stream(res, std::move(*st), std::move(choices));
   }
 
   // completion_stream in chat_stream's shape: no opening frame, deltas of text only.
@@ -376,33 +455,71 @@ class http_api::impl {
     std::string delta(const stream_delta& d, const std::vector<token_logprob>* lp) const {
       return frames.delta(d.text, lp);
     }
-    std::string end(finish_reason why, const usage_info& u, const std::vector<token_logprob>* lp) const {
-      return frames.end(why, u, lp);
+    std::string finish(finish_reason why, const std::vector<token_logprob>* lp) const { return frames.finish(why, lp); }
+    std::string close(const usage_info& u) const { return frames.close(u); }
+  };
+
+  // One choice of a streamed response: `frames` (chat_stream or completion_frames) turn the splitter's
+  // deltas into server-sent events. With `track`, the log-probabilities of the tokens that arrived go
+  // with the next chunk sent (the finish chunk takes what is left). With `echo`, its first text chunk is
+  // the echoed prompt (with the prompt's log-probabilities when tracked, so it waits for them).
+  template <class Frames>
+  struct choice_stream {
+    text_stream text;
+    stream_splitter split;
+    Frames frames;
+    std::optional<logprob_track> track;
+    std::optional<std::string> echo;  // not yet sent
+    bool finished = false;
+    int64_t completion_tokens = 0;
+
+    // The frames for what the choice's slot delivered; an error ending throws std::runtime_error.
+    std::string feed(taken t, const request_handle& handle, const std::vector<int32_t>& prompt_ids) {
+      std::string out;
+      std::vector<token_logprob>* pending = track ? &track->pending : nullptr;
+      auto emit = [&](const stream_delta& d) {
+        const std::string frame = frames.delta(d, pending && !pending->empty() ? pending : nullptr);
+        if (!frame.empty() && pending) pending->clear();
+        out += frame;
+      };
+      // the echo goes first: at once without log-probabilities, else once the prompt's have come (before
+      // any id: the scheduler hands them over first), or at the end if they never do
+      if (echo && (!pending || t.prompt || t.done)) {
+        if (pending) track->add_prompt(prompt_ids, t.prompt.value_or(std::vector<launch::token_logprobs>{}));
+        stream_delta d;
+        d.text = std::move(*echo);
+        echo.reset();
+        emit(d);
+      }
+      if (pending) track->add(t.ids, t.logprobs);
+      if (!t.ids.empty() && !split.stopped()) {
+        for (const stream_delta& d : split.feed(text.take(t.ids))) emit(d);
+        if (split.stopped()) handle.cancel();
+      }
+      if (t.done) {
+        if (!split.stopped())
+          for (const stream_delta& d : split.feed(text.dec.flush())) emit(d);
+        for (const stream_delta& d : split.finish()) emit(d);
+        out += frames.finish(reason_of(*t.done, split.stopped()), pending);
+        completion_tokens = t.done->completion_tokens;
+        finished = true;
+      }
+      return out;
     }
   };
 
-  // A streamed response: `frames` (begin, delta, end: chat_stream or completion_frames) turn the
-  // splitter's deltas into server-sent events as the ids arrive. A stop string, or a client that has
-  // gone (a failed write, or the connection's end before the request's), cancels the request. With
-  // `track`, the log-probabilities of the tokens that arrived go with the next chunk sent (the finish
-  // chunk takes what is left). With `echo`, the first text chunk is the echoed prompt (with the prompt's
-  // log-probabilities when tracked, so it waits for them).
+  // A streamed response of one or more choices, sent as their ids arrive. A stop string cancels its
+  // choice; a client that has gone (a failed write, or the connection's end before the response's)
+  // cancels all of them. A choice that fails sends the error in-band and ends the stream.
   template <class Frames>
-  void stream(httplib::Response& res, started st, const output_options& out_opt, Frames frames,
-              std::optional<logprob_track> track, std::optional<std::string> echo = std::nullopt) {
+  void stream(httplib::Response& res, started st, std::vector<choice_stream<Frames>> choices) {
     struct stream_state {
       started s;
-      text_stream text;
-      stream_splitter split;
-      Frames frames;
-      std::optional<logprob_track> track;
-      std::optional<std::string> echo;  // not yet sent
+      std::vector<choice_stream<Frames>> c;
       bool begun = false;
       bool finished = false;
     };
-    auto ss = std::make_shared<stream_state>(stream_state{std::move(st), text_stream(tok_, fold_ids_),
-                                                          stream_splitter(out_opt), std::move(frames), std::move(track),
-                                                          std::move(echo)});
+    auto ss = std::make_shared<stream_state>(stream_state{std::move(st), std::move(choices)});
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
@@ -410,46 +527,42 @@ class http_api::impl {
           std::string out;
           if (!ss->begun) {
             ss->begun = true;
-            out = ss->frames.begin();
+            for (const auto& c : ss->c) out += c.frames.begin();
           }
-          std::optional<finish_info> done;
-          std::vector<launch::token_logprobs> lps;
-          std::optional<std::vector<launch::token_logprobs>> prompt;
-          const auto ids = next_ids(*ss->s.ch, std::chrono::milliseconds(1000), done, lps, &prompt);
-          std::vector<token_logprob>* pending = ss->track ? &ss->track->pending : nullptr;
-          // the echo goes first: at once without log-probabilities, else once the prompt's have come
-          // (before any id: the scheduler hands them over first), or at the end if they never do
-          if (ss->echo && (!pending || prompt || done)) {
-            if (pending) ss->track->add_prompt(ss->s.ids, prompt.value_or(std::vector<launch::token_logprobs>{}));
-            stream_delta d;
-            d.text = std::move(*ss->echo);
-            ss->echo.reset();
-            out += ss->frames.delta(d, pending && !pending->empty() ? pending : nullptr);
-            if (pending) pending->clear();
+          // wait for news of any unfinished choice, then take each one's
+          std::vector<taken> news(ss->c.size());
+          {
+            channel& ch = *ss->s.ch;
+            const auto wants = [&](size_t k) { return ss->c[k].echo.has_value() && ss->c[k].track.has_value(); };
+            std::unique_lock<std::mutex> lock(ch.m);
+            ch.cv.wait_for(lock, std::chrono::milliseconds(1000), [&] {
+              for (size_t k = 0; k < ss->c.size(); ++k)
+                if (!ss->c[k].finished && has_news(ch.slots[k], wants(k))) return true;
+              return false;
+            });
+            for (size_t k = 0; k < ss->c.size(); ++k)
+              if (!ss->c[k].finished && has_news(ch.slots[k], wants(k))) news[k] = take(ch.slots[k]);
           }
-          if (pending) ss->track->add(ids, lps);
-          auto emit = [&](const std::vector<stream_delta>& ds) {
-            for (const stream_delta& d : ds) {
-              const std::string frame = ss->frames.delta(d, pending && !pending->empty() ? pending : nullptr);
-              if (!frame.empty() && pending) pending->clear();
-              out += frame;
+          bool all_done = true;
+          try {
+            for (size_t k = 0; k < ss->c.size(); ++k) {
+              if (!ss->c[k].finished) out += ss->c[k].feed(std::move(news[k]), ss->s.handles[k], ss->s.ids[k]);
+              all_done = all_done && ss->c[k].finished;
             }
-          };
-          if (!ids.empty() && !ss->split.stopped()) {
-            emit(ss->split.feed(ss->text.take(ids)));
-            if (ss->split.stopped()) ss->s.handle.cancel();
+          } catch (const std::exception& e) {
+            // the stream has begun: the error goes in-band, as OpenAI's streams carry it
+            ss->s.cancel_all();
+            out += sse_event(error_body({500, "server_error", e.what(), ""}));
+            out += std::string(sse_done);
+            ss->finished = true;
+            if (!sink.write(out.data(), out.size())) return false;
+            sink.done();
+            return true;
           }
-          if (done) {
-            if (!ss->split.stopped()) emit(ss->split.feed(ss->text.dec.flush()));
-            emit(ss->split.finish());
-            if (done->reason == outcome::error) {
-              // the stream has begun: the error goes in-band, as OpenAI's streams carry it
-              out += sse_event(error_body({500, "server_error", "generation failed: " + done->error, ""}));
-              out += std::string(sse_done);
-            } else {
-              out += ss->frames.end(reason_of(*done, ss->split.stopped()),
-                                    {ss->s.prompt_tokens, done->completion_tokens}, pending);
-            }
+          if (all_done) {
+            int64_t completion_tokens = 0;
+            for (const auto& c : ss->c) completion_tokens += c.completion_tokens;
+            out += ss->c.front().frames.close({ss->s.prompt_tokens, completion_tokens});
             ss->finished = true;
             if (!sink.write(out.data(), out.size())) return false;
             sink.done();
@@ -459,8 +572,8 @@ class http_api::impl {
           return sink.write(out.data(), out.size());
         },
         [ss](bool) {
-          // the connection is over: a request still running lost its client
-          if (!ss->finished) ss->s.handle.cancel();
+          // the connection is over: the requests still running lost their client
+          if (!ss->finished) ss->s.cancel_all();
         });
   }
 

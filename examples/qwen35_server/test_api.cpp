@@ -131,6 +131,8 @@ TEST_CASE("server api: every supported field maps onto the request") {
   CHECK(chat_ok(with_fields(R"("stop": "\n\n")")).output.stop == std::vector<std::string>{"\n\n"});
   CHECK(chat_ok(with_fields(R"("enable_thinking": false)")).prompt.ends_with("<think>\n\n</think>\n\n"));
   CHECK(chat_ok(with_fields(R"("max_tokens": 32768)")).max_tokens == 32768);
+  CHECK(chat_ok(with_fields(R"("n": 3)")).n == 3);
+  CHECK(chat_ok(with_fields("")).n == 1);
 }
 
 TEST_CASE("server api: content parts, developer role, reasoning_content and tool_calls reach the prompt") {
@@ -366,7 +368,7 @@ TEST_CASE("server api: unknown fields and wrong types name the field") {
       {with_fields(R"("stop": 5)"), "stop", "'stop' must be a string or an array of strings"},
       {with_fields(R"("stop": ["a", 1])"), "stop[1]", "'stop[1]' must be a string, got a number"},
       {with_fields(R"("stop": ["a", "b", "c", "d", "e"])"), "stop", "holds 5 strings, at most 4"},
-      {with_fields(R"("n": 2)"), "n", "'n' must be an integer between 1 and 1, got 2"},
+      {with_fields(R"("n": 17)"), "n", "'n' must be an integer between 1 and 16, got 17"},
       {with_fields(R"("n": "1")"), "n", "must be an integer, got a string"},
       {with_fields(R"("tools": "x")"), "tools", "'tools' must be an array"},
       {with_fields(R"("tools": [{"type": "retrieval"}])"), "tools[0].type", "must be \"function\""},
@@ -489,13 +491,16 @@ TEST_CASE("server api: completion requests") {
   auto r = srv::parse_completion_request(R"({"prompt": "Once upon", "max_tokens": 5, "stop": "."})");
   REQUIRE(std::holds_alternative<completion_request>(r));
   const completion_request& c = std::get<completion_request>(r);
-  CHECK(c.prompt == "Once upon");
+  REQUIRE(c.prompts.size() == 1);
+  CHECK(c.prompts[0].text == "Once upon");
+  CHECK(c.n == 1);
   CHECK(c.max_tokens == 5);
   CHECK(c.stop == std::vector<std::string>{"."});
   CHECK(c.sampling.temperature == 1.0f);
   auto one = srv::parse_completion_request(R"({"prompt": ["x"], "echo": false, "suffix": null, "best_of": 1})");
   REQUIRE(std::holds_alternative<completion_request>(one));
-  CHECK(std::get<completion_request>(one).prompt == "x");
+  CHECK(std::get<completion_request>(one).prompts.size() == 1);
+  CHECK(std::get<completion_request>(one).prompts[0].text == "x");
   CHECK(!std::get<completion_request>(one).top_logprobs);
   CHECK(!std::get<completion_request>(one).echo);
   // echo, and max_tokens 0 with it (scoring the prompt alone)
@@ -508,9 +513,26 @@ TEST_CASE("server api: completion requests") {
     CAPTURE(ids);
     auto tokens = srv::parse_completion_request(ids);
     REQUIRE(std::holds_alternative<completion_request>(tokens));
-    CHECK(std::get<completion_request>(tokens).prompt.empty());
-    CHECK(std::get<completion_request>(tokens).prompt_ids == std::vector<int32_t>{5, 0, 248319});
+    REQUIRE(std::get<completion_request>(tokens).prompts.size() == 1);
+    CHECK(std::get<completion_request>(tokens).prompts[0].text.empty());
+    CHECK(std::get<completion_request>(tokens).prompts[0].ids == std::vector<int32_t>{5, 0, 248319});
   }
+  // several prompts (text, ids, mixed) and n choices each
+  auto many = srv::parse_completion_request(R"({"prompt": ["a", [1, 2], "b"], "n": 2})");
+  REQUIRE(std::holds_alternative<completion_request>(many));
+  const completion_request& m = std::get<completion_request>(many);
+  REQUIRE(m.prompts.size() == 3);
+  CHECK(m.prompts[0].text == "a");
+  CHECK(m.prompts[1].ids == std::vector<int32_t>{1, 2});
+  CHECK(m.prompts[2].text == "b");
+  CHECK(m.n == 2);
+  srv::api_limits few;
+  few.max_choices = 5;
+  auto over = srv::parse_completion_request(R"({"prompt": ["a", "b", "c"], "n": 2})", few);
+  REQUIRE(std::holds_alternative<srv::api_error>(over));
+  CHECK(std::get<srv::api_error>(over).param == "n");
+  CHECK(std::get<srv::api_error>(over).message.find("3 prompt(s) x n = 2 make 6 choices, more than the 5") !=
+        std::string::npos);
   auto with_logprobs = srv::parse_completion_request(R"({"prompt": "x", "logprobs": 3, "ignore_eos": true})");
   REQUIRE(std::holds_alternative<completion_request>(with_logprobs));
   CHECK(std::get<completion_request>(with_logprobs).top_logprobs == 3);
@@ -521,20 +543,21 @@ TEST_CASE("server api: completion requests") {
 
   check_rejections({{R"({"model": "m"})", "prompt", "'prompt' is required"},
                     {R"({"prompt": ""})", "prompt", "must not be empty"},
-                    {R"({"prompt": [[1, 2], [3]]})", "prompt", "batches of several prompts are not supported"},
-                    {R"({"prompt": [1, "a"]})", "prompt", "an array of token ids"},
+                    {R"({"prompt": [[1, 2], 3]})", "prompt[1]", "a string or an array of token ids"},
+                    {R"({"prompt": [1, "a"]})", "prompt[0]", "an array of token ids"},
                     {R"({"prompt": [1, -2]})", "prompt[1]", "'prompt[1]' must be a token id"},
                     {R"({"prompt": [[4294967296]]})", "prompt[0][0]", "must be a token id"},
                     {R"({"prompt": [[]]})", "prompt[0]", "'prompt[0]' must not be empty"},
                     {R"({"prompt": []})", "prompt", "'prompt' must not be empty"},
-                    {R"({"prompt": [1.5]})", "prompt", "an array of token ids"},
-                    {R"({"prompt": ["a", "b"]})", "prompt", "not supported"},
+                    {R"({"prompt": [1.5]})", "prompt[0]", "an array of token ids"},
+                    {R"({"prompt": ["a", ""]})", "prompt[1]", "'prompt[1]' must not be empty"},
                     {R"({"prompt": 5})", "prompt", "got a number"},
                     {R"({"prompt": "x", "echo": 1})", "echo", "boolean"},
                     {R"({"prompt": "x", "echo": true, "max_tokens": -1})", "max_tokens", "between 0 and"},
                     {R"({"prompt": "x", "suffix": "y"})", "suffix", "not supported"},
                     {R"({"prompt": "x", "best_of": 2})", "best_of", "between 1 and 1"},
-                    {R"({"prompt": "x", "n": 3})", "n", "between 1 and 1"},
+                    {R"({"prompt": "x", "n": 17})", "n", "between 1 and 16"},
+                    {R"({"prompt": "x", "n": 0})", "n", "between 1 and 16"},
                     {R"({"prompt": "x", "logprobs": 21})", "logprobs", "between 0 and 20, got 21"},
                     {R"({"prompt": "x", "logprobs": true})", "logprobs", "must be an integer"},
                     {R"({"prompt": "x", "max_tokens": 0})", "max_tokens", "between 1 and"},

@@ -137,6 +137,37 @@ TEST_CASE("server api: logprobs in OpenAI's chat and completions shapes, whole a
   CHECK(e["choices"][0]["logprobs"]["top_logprobs"] == json{nullptr, {{"H\xef\xbf\xbd", -0.25}, {"Hi", -1.5}}});
 }
 
+TEST_CASE("server api: several choices, whole and streamed") {
+  std::vector<srv::text_choice> texts{{"a", srv::finish_reason::stop, nullptr}, {"bc", srv::finish_reason::length, nullptr}};
+  const json t = json::parse(srv::completion_body(meta, texts, {3, 5}));
+  REQUIRE(t["choices"].size() == 2);
+  for (int i = 0; i < 2; ++i) {
+    CHECK(t["choices"][i]["index"] == i);
+    CHECK(t["choices"][i]["text"] == texts[size_t(i)].text);
+  }
+  CHECK(t["choices"][1]["finish_reason"] == "length");
+  CHECK(t["usage"]["completion_tokens"] == 5);
+  srv::parsed_output first, second;
+  first.content = "x", second.content = "y";
+  const std::vector<srv::chat_choice> chats{{first, srv::finish_reason::stop, nullptr},
+                                            {second, srv::finish_reason::stop, nullptr}};
+  const json c = json::parse(srv::chat_completion_body(meta, chats, {1, 2}));
+  REQUIRE(c["choices"].size() == 2);
+  CHECK(c["choices"][1]["index"] == 1);
+  CHECK(c["choices"][1]["message"]["content"] == "y");
+  // a stream per choice: its index in every chunk; finish() + close() is end()
+  srv::chat_stream cs(meta, true, 3);
+  srv::stream_delta d;
+  d.text = "z";
+  const frames f = parse_frames(cs.begin() + cs.delta(d) + cs.finish(srv::finish_reason::stop));
+  REQUIRE(f.objects.size() == 3);
+  for (const json& o : f.objects) CHECK(o["choices"][0]["index"] == 3);
+  CHECK(cs.finish(srv::finish_reason::length) + cs.close({1, 2}) == cs.end(srv::finish_reason::length, {1, 2}));
+  const srv::completion_stream ts(meta, false, 2);
+  CHECK(parse_frames(ts.delta("q")).objects[0]["choices"][0]["index"] == 2);
+  CHECK(ts.finish(srv::finish_reason::stop) + ts.close({1, 1}) == ts.end(srv::finish_reason::stop, {1, 1}));
+}
+
 TEST_CASE("server api: text_completion and model list bodies") {
   const json j = json::parse(srv::completion_body(meta, "abc\n\"d\"", srv::finish_reason::length, {3, 4}));
   check_head(j, "text_completion");

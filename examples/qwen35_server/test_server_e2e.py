@@ -332,6 +332,41 @@ def main():
         check(first == prompt and text == both.text and tokens == bl.tokens and values == bl.token_logprobs,
               f"streamed echo: first chunk {first!r}, {text!r}, {values}")
 
+        # n choices and several prompts: each choice is generated on its own (choice i with seed + i), so
+        # it equals the single request with that seed; usage counts each prompt once
+        def single(p, seed, **kw):
+            return client.completions.create(model=mid, prompt=p, max_tokens=6, temperature=0.9, seed=seed, **kw)
+        three = client.completions.create(model=mid, prompt=prompt, max_tokens=6, temperature=0.9, seed=5, n=3)
+        alone3 = [single(prompt, 5 + i) for i in range(3)]
+        check([c.index for c in three.choices] == [0, 1, 2] and
+              [c.text for c in three.choices] == [a.choices[0].text for a in alone3] and
+              three.usage.prompt_tokens == alone3[0].usage.prompt_tokens and
+              three.usage.completion_tokens == sum(a.usage.completion_tokens for a in alone3) and
+              len({c.text for c in three.choices}) > 1,
+              f"n=3 == three requests with seeds 5, 6, 7: {[c.text for c in three.choices]}")
+        prompts = [prompt, [300, 301, 302]]
+        batch = client.completions.create(model=mid, prompt=prompts, max_tokens=6, temperature=0.9, seed=8, n=2)
+        want = [single(p, 8 + i) for p in prompts for i in range(2)]
+        check([c.text for c in batch.choices] == [w.choices[0].text for w in want] and
+              batch.usage.prompt_tokens == want[0].usage.prompt_tokens + want[2].usage.prompt_tokens,
+              f"2 prompts x n=2: {[c.text for c in batch.choices]} vs {[w.choices[0].text for w in want]}")
+        texts, finishes = {}, {}
+        for c in client.completions.create(model=mid, prompt=prompts, max_tokens=6, temperature=0.9, seed=8, n=2,
+                                           stream=True):
+            for ch in c.choices:
+                texts[ch.index] = texts.get(ch.index, "") + ch.text
+                if ch.finish_reason:
+                    finishes[ch.index] = ch.finish_reason
+        check([texts.get(i) for i in range(4)] == [c.text for c in batch.choices] and
+              [finishes.get(i) for i in range(4)] == [c.finish_reason for c in batch.choices],
+              f"streamed choices: {texts} {finishes}")
+        chat_two = client.chat.completions.create(model=mid, messages=[{"role": "user", "content": "Hi"}],
+                                                  max_tokens=6, temperature=0.9, seed=3, n=2)
+        chat_alone = [client.chat.completions.create(model=mid, messages=[{"role": "user", "content": "Hi"}],
+                                                     max_tokens=6, temperature=0.9, seed=3 + i) for i in range(2)]
+        check([chat_text(c.message) for c in chat_two.choices] == [chat_text(a.choices[0].message) for a in chat_alone],
+              "chat n=2 == two requests with seeds 3, 4")
+
         msgs = [{"role": "user", "content": "Name three colors."}]
         chat = client.chat.completions.create(model=mid, messages=msgs, max_tokens=8, temperature=0, logprobs=True,
                                               top_logprobs=3)
@@ -400,6 +435,9 @@ def main():
         expect(400, '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": -5}', "negative max_tokens")
         expect(400, '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1000000000}', "huge max_tokens")
         expect(400, '{"messages": []}', "no messages")
+        expect(400, '{"messages": [{"role": "user", "content": "hi"}], "n": 17}', "more than 16 choices")
+        expect(400, '{"prompt": ["a", "b", "c", "d", "e", "f", "g", "h", "i"], "n": 2}', "18 choices",
+               path="/v1/completions")
         expect(400, '{"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"99999999": 1}}',
                "a logit_bias token outside the vocabulary")
         oov = expect(400, '{"prompt": [1, 99999999]}', "a prompt token id outside the vocabulary", path="/v1/completions")
