@@ -311,6 +311,19 @@ def main():
         a, b = sorted(drawn.values(), reverse=True), sorted(rescored.values(), reverse=True)
         check(len(a) == len(b) and len(a) >= 3 and all(abs(x - y) < 1e-3 for x, y in zip(a, b)),
               f"the same distribution drawn and scored: {drawn} vs {rescored}")
+        # lm-evaluation-harness's loglikelihood request (local-completions): a batch of token-id prompts,
+        # echo, max_tokens 1, logprobs 1; it sums token_logprobs[ctxlen:-1] and calls a continuation greedy
+        # when each of its log-probabilities equals (==) the largest of its top list. The drawn last token of
+        # a greedy run heads its list: equal bit for bit, as the harness compares
+        ll = client.completions.create(model=mid, prompt=[[300, 301, 302, 303], [310, 311]], max_tokens=1,
+                                       temperature=0, logprobs=1, echo=True, seed=1234)
+        ok = len(ll.choices) == 2 and sorted(c.index for c in ll.choices) == [0, 1]
+        for c, n_ids in zip(sorted(ll.choices, key=lambda c: c.index), [4, 2]):
+            l = c.logprobs
+            ok = ok and len(l.token_logprobs) == n_ids + 1 and l.token_logprobs[0] is None and \
+                all(v is not None for v in l.token_logprobs[1:]) and \
+                l.token_logprobs[-1] == max(l.top_logprobs[-1].values())
+        check(ok, f"a loglikelihood batch as lm-evaluation-harness sends it: {ll.choices}")
         # echo with generation: the prompt's entries, then the generated ones (offsets after the prompt);
         # streamed, the first chunk is the prompt, and the whole stream equals the response
         both = client.completions.create(model=mid, prompt=prompt, max_tokens=10, temperature=0, echo=True,
