@@ -138,7 +138,8 @@ TEST_CASE("server api: logprobs in OpenAI's chat and completions shapes, whole a
 }
 
 TEST_CASE("server api: several choices, whole and streamed") {
-  std::vector<srv::text_choice> texts{{"a", srv::finish_reason::stop, nullptr}, {"bc", srv::finish_reason::length, nullptr}};
+  std::vector<srv::text_choice> texts{{"a", srv::finish_reason::stop, nullptr},
+                                      {"bc", srv::finish_reason::length, nullptr}};
   const json t = json::parse(srv::completion_body(meta, texts, {3, 5}));
   REQUIRE(t["choices"].size() == 2);
   for (int i = 0; i < 2; ++i) {
