@@ -18,7 +18,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,15 +33,7 @@ using namespace q35;
 
 const std::string data_dir = Q35_TEST_DATA_DIR;
 
-std::vector<float> read_f32(const std::string& path) {
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
-  REQUIRE(f);
-  const auto n = size_t(f.tellg());
-  std::vector<float> v(n / 4);
-  f.seekg(0);
-  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(n));
-  return v;
-}
+using test::read_f32;
 
 double rel_rms(const float* got, const float* want, size_t n) {
   double num = 0, den = 0;

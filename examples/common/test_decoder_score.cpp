@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -22,15 +21,7 @@ using namespace q35;
 
 const std::string data_dir = Q35_TEST_DATA_DIR;
 
-std::vector<float> read_f32(const std::string& path) {
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
-  REQUIRE(f);
-  const auto n = size_t(f.tellg());
-  std::vector<float> v(n / 4);
-  f.seekg(0);
-  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(n));
-  return v;
-}
+using test::read_f32;
 
 // float64 log-softmax of one row
 std::vector<double> log_softmax(const float* row, size_t n) {

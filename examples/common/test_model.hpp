@@ -4,8 +4,10 @@
 
 #include <doctest/doctest.h>
 
+#include <fstream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "device_model.hpp"
 #include "model_loader.hpp"
@@ -29,6 +31,17 @@ struct loaded_model {
 inline constexpr const char* q4km_fixtures[] = {"tiny_dense_q4km.gguf", "tiny_moe_q4km.gguf",
                                                 "tiny_interleaved_q4km.gguf"};
 inline constexpr const char* q4km_moe_fixtures[] = {"tiny_moe_q4km.gguf", "tiny_interleaved_q4km.gguf"};
+
+// A little-endian float32 file (the fixtures' logits rows), whole.
+inline std::vector<float> read_f32(const std::string& path) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  REQUIRE(f);
+  const auto n = size_t(f.tellg());
+  std::vector<float> v(n / 4);
+  f.seekg(0);
+  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(n));
+  return v;
+}
 
 // tests/data/<name>, matched against the known model traits (any valid file binds).
 inline std::unique_ptr<loaded_model> load_model(const std::string& name) {

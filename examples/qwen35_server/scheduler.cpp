@@ -5,6 +5,8 @@
 #include <cmath>
 #include <exception>
 #include <limits>
+#include <optional>
+#include <string>
 #include <utility>
 
 namespace q35::server {
@@ -256,6 +258,19 @@ void scheduler::end(size_t i, outcome why, std::string error) {
 
 namespace {
 constexpr std::chrono::seconds rate_window{10};
+
+// Runs a request's callback (`what`: its name); what it threw, as the request's error message.
+template <class F>
+std::optional<std::string> callback_error(const char* what, F&& f) {
+  try {
+    f();
+    return std::nullopt;
+  } catch (const std::exception& e) {
+    return std::string(what) + " threw: " + e.what();
+  } catch (...) {
+    return std::string(what) + " threw";
+  }
+}
 }  // namespace
 
 void scheduler::publish() {
@@ -467,13 +482,8 @@ bool scheduler::step_once() {
       a.fed += n;
       checkpoint(a);
       if (a.fed == n_prompt && a.w.req.prompt_logprobs >= 0 && a.w.req.on_prompt) {
-        try {
-          a.w.req.on_prompt(a.prompt_scores);
-        } catch (const std::exception& e) {
-          endings.push_back({who[k], {outcome::error, std::string("on_prompt threw: ") + e.what()}});
-          continue;
-        } catch (...) {
-          endings.push_back({who[k], {outcome::error, "on_prompt threw"}});
+        if (auto e = callback_error("on_prompt", [&] { a.w.req.on_prompt(a.prompt_scores); })) {
+          endings.push_back({who[k], {outcome::error, std::move(*e)}});
           continue;
         }
       }
@@ -512,13 +522,9 @@ bool scheduler::step_once() {
         continue;
       }
       if (a.w.req.on_token) {
-        try {
-          a.w.req.on_token(id, a.w.req.top_logprobs >= 0 ? &lps[k] : nullptr);
-        } catch (const std::exception& e) {
-          endings.push_back({drawn[k], {outcome::error, std::string("on_token threw: ") + e.what()}});
-          continue;
-        } catch (...) {
-          endings.push_back({drawn[k], {outcome::error, "on_token threw"}});
+        if (auto e = callback_error("on_token",
+                                    [&] { a.w.req.on_token(id, a.w.req.top_logprobs >= 0 ? &lps[k] : nullptr); })) {
+          endings.push_back({drawn[k], {outcome::error, std::move(*e)}});
           continue;
         }
       }
